@@ -1,0 +1,39 @@
+# One task runner: `make demo` and `make test` each set up what they need from a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint types unit bench conformance proto clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres,aws]'
+	@touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/countersign demo
+
+test: $(STAMP) lint types unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+types: $(STAMP)
+	$(VENV)/bin/mypy countersign signer verifier coordinator
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+conformance: $(STAMP)
+	$(VENV)/bin/countersign conformance --trials 1000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

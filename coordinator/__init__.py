@@ -1,0 +1,1 @@
+"""The coordinator: serves the operator-signed admission registry."""

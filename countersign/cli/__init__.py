@@ -1,0 +1,1 @@
+"""The command line: thin shells over the protocol core, the signer backends and the verifier stores."""

@@ -1,0 +1,290 @@
+"""Offline commands: keygen, sample-path, verify, inspect, conformance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path as FilePath
+from typing import Any
+
+from countersign.cli.main import EXIT_OK, EXIT_REJECTED, UsageError
+from countersign.errors import MalformedError, VerificationError
+from countersign.keys import Ed25519Signer
+from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path, parse_json
+from countersign.registry import Registry
+from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
+from countersign.verify import DEFAULT_POLICY, Mode, VerifierPolicy, malformed_result, verify_path
+
+MAX_OUTPUT_BYTES = 64 << 20
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keygen = commands.add_parser("keygen", help="create an Ed25519 key file (mode 0600) and print its key_id")
+    keygen.add_argument("--out", required=True, help="key file to create (refuses to overwrite)")
+    keygen.set_defaults(handler=cmd_keygen)
+
+    sample = commands.add_parser("sample-path", help="write a valid sample path, its output, registry and keys")
+    sample.add_argument("--construction", required=True, choices=[c.value for c in Construction])
+    sample.add_argument("--depth", type=int, required=True, help=f"records in the path (1..{MAX_PATH_LENGTH})")
+    sample.add_argument("--out", required=True, help="directory to write into (created if missing)")
+    sample.add_argument("--deployers", type=int, default=3, help="deployers to cycle through (default 3)")
+    sample.add_argument("--seed", help="derive keys from this seed (reproducible test material)")
+    sample.set_defaults(handler=cmd_sample_path)
+
+    verify = commands.add_parser("verify", help="verify a path for an output; print one JSON verdict")
+    verify.add_argument("--path", required=True, help="path.json")
+    verify.add_argument("--output", required=True, help="the exact output bytes")
+    verify.add_argument("--registry", help="registry.json (required unless --verifier is given)")
+    verify.add_argument("--audit", action="store_true", help="check without consuming the leaf nonce")
+    verify.add_argument("--state", default="memory:", help="durable state URL, e.g. sqlite:///state.db")
+    verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
+    verify.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
+    verify.add_argument(
+        "--unsafe-allow-baselines",
+        action="store_true",
+        help="also accept NO-CHAIN, HASH-ONLY and NAIVE-SIG paths (comparison only; they prove little)",
+    )
+    verify.set_defaults(handler=cmd_verify)
+
+    inspect = commands.add_parser("inspect", help="print a readable tree of a path")
+    inspect.add_argument("path", help="path.json")
+    inspect.set_defaults(handler=cmd_inspect)
+
+    conformance = commands.add_parser("conformance", help="run the mutation matrix and check the expected pattern")
+    conformance.add_argument("--trials", type=int, default=1000)
+    conformance.add_argument("--seed", type=int, default=2026)
+    conformance.add_argument("--json", action="store_true", help="print the matrix as JSON")
+    conformance.set_defaults(handler=cmd_conformance)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def read_bytes(location: str, what: str, limit: int) -> bytes:
+    """Read a whole file, or raise UsageError with a clear message."""
+    try:
+        with open(location, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {location}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise UsageError(f"{what} {location} exceeds {limit} bytes")
+    return data
+
+
+def load_registry(location: str) -> Registry:
+    data = read_bytes(location, "registry", MAX_INPUT_BYTES)
+    try:
+        return Registry.from_json(parse_json(data))
+    except MalformedError as exc:
+        raise UsageError(f"{location} is not a valid registry: {exc}") from None
+
+
+def write_file(location: FilePath, data: bytes, mode: int = 0o644) -> None:
+    fd = os.open(location, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from signer.backends.file import write_key_file
+
+    signer = Ed25519Signer.generate()
+    try:
+        write_key_file(args.out, signer)
+    except FileExistsError:
+        raise UsageError(f"{args.out} exists; refusing to overwrite a key") from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {args.out}: {exc.strerror}") from None
+    print(signer.key_id)
+    return EXIT_OK
+
+
+def cmd_sample_path(args: argparse.Namespace) -> int:
+    from signer.backends.file import key_file_json
+
+    if not 1 <= args.depth <= MAX_PATH_LENGTH:
+        raise UsageError(f"--depth must be between 1 and {MAX_PATH_LENGTH}")
+    if not 1 <= args.deployers <= 64:
+        raise UsageError("--deployers must be between 1 and 64")
+    construction = Construction(args.construction)
+    names = deployer_names(args.deployers)
+    mesh = SampleMesh.create(names, seed=None if args.seed is None else args.seed.encode())
+    output = b"sample output of the leaf agent\n"
+    path = mesh.issue_path(construction, cross_deployer_route(names, args.depth), output, now_ms=now_ms())
+    out = FilePath(args.out)
+    try:
+        (out / "keys").mkdir(parents=True, exist_ok=True)
+        write_file(out / "path.json", path.to_bytes())
+        write_file(out / "output.bin", output)
+        write_file(out / "registry.json", json.dumps(mesh.registry.to_json(), indent=2).encode() + b"\n")
+        for deployer, signer in mesh.signers.items():
+            body = json.dumps(key_file_json(signer), indent=2).encode() + b"\n"
+            write_file(out / "keys" / f"{deployer}.jwk", body, 0o600)
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out}: {exc.strerror}") from None
+    print(json.dumps({"construction": construction.value, "records": len(path), "out": str(out)}))
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from verifier.stores import StoreConfigError, open_store
+
+    path_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES)
+    output = read_bytes(args.output, "output", MAX_OUTPUT_BYTES)
+    if args.registry is None:
+        raise UsageError("--registry is required")
+    registry = load_registry(args.registry)
+    policy = (
+        VerifierPolicy.unsafe_allow_baselines(args.clock_skew_ms)
+        if args.unsafe_allow_baselines
+        else VerifierPolicy(clock_skew_ms=args.clock_skew_ms)
+    )
+    try:
+        state = open_store(args.state)
+    except StoreConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except VerificationError as exc:
+        raise UsageError(f"state store unavailable: {exc}") from None
+    try:
+        try:
+            path = Path.from_bytes(path_bytes)
+        except MalformedError as exc:
+            result = malformed_result(exc)
+        else:
+            result = verify_path(
+                path,
+                output,
+                registry=registry,
+                state=state,
+                mode=Mode.AUDIT if args.audit else Mode.ACCEPT,
+                now_ms=now_ms() if args.now_ms is None else args.now_ms,
+                policy=policy,
+            )
+    except VerificationError as exc:
+        raise UsageError(f"verification could not run (retry): {exc}") from None
+    finally:
+        state.close()
+    print(json.dumps(result.to_json()))
+    return EXIT_OK if result else EXIT_REJECTED
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    data = read_bytes(args.path, "path", MAX_INPUT_BYTES)
+    try:
+        path = Path.from_bytes(data)
+    except MalformedError as exc:
+        raise UsageError(f"{args.path} is not a valid path: {exc}") from None
+    print(render_tree(path))
+    return EXIT_OK
+
+
+def render_tree(path: Path) -> str:
+    """A readable tree: one line per record, edges marked local or cross-deployer (with co-signers)."""
+    root = path.envelopes[0].record
+    deployers = sorted({e.record.deployer for e in path.envelopes})
+    lines = [
+        f"path v{path.v} · {root.construction} · {len(path)} records · system {root.agent.system} · "
+        f"deployers {', '.join(deployers)}"
+    ]
+    for index, envelope in enumerate(path.envelopes):
+        record = envelope.record
+        indent = "   " * index
+        branch = "" if index == 0 else "└─ "
+        lines.append(
+            f"{indent}{branch}[{index}] {record.deployer} · {record.agent.instance} · depth {record.depth} · "
+            f"{record.event} · max_children {record.max_children} · expires {iso(record.expires_ms)}"
+        )
+        detail = indent + ("   " if index else "") + "   "
+        lines.append(f"{detail}key {record.key_id} · nonce {record.nonce}")
+        if index:
+            parent = path.envelopes[index - 1].record
+            if parent.deployer == record.deployer:
+                lines.append(f"{detail}edge: same deployer (local signature only)")
+            elif record.cosigs:
+                signers = " + ".join(f"{c.role} {c.deployer} ({c.key_id})" for c in record.cosigs)
+                lines.append(f"{detail}edge: cross-deployer, co-signed by {signers}")
+            else:
+                lines.append(f"{detail}edge: cross-deployer, not co-signed")
+        if record.output is not None:
+            out = record.output
+            lines.append(f"{detail}output {out.sha256} · {out.binding_scope} · session {out.session} · seq {out.seq}")
+    return "\n".join(lines)
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from countersign.conformance import CONSTRUCTION_ORDER, Attack, run_matrix
+
+    if args.trials < 1:
+        raise UsageError("--trials must be at least 1")
+    started = time.perf_counter()
+    cells = run_matrix(args.trials, seed=args.seed)
+    elapsed = time.perf_counter() - started
+    mismatches = [c for c in cells if not c.matches]
+    if args.json:
+        report: dict[str, Any] = {
+            "trials": args.trials,
+            "seed": args.seed,
+            "pattern_matches": not mismatches,
+            "cells": [
+                {
+                    "attack": c.attack.name,
+                    "construction": c.construction.value,
+                    "accepted": c.accepted,
+                    "trials": c.trials,
+                    "wilson95_upper": round(c.wilson_upper, 6),
+                    "expected": "accept" if c.expected_accepted else "reject",
+                    "matches": c.matches,
+                    "reject_reasons": c.reasons,
+                }
+                for c in cells
+            ],
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        by_key = {(c.attack, c.construction): c for c in cells}
+        width = max(len(a.value) for a in Attack)
+        header = f"{'attack (accepted/trials, Wilson 95% upper)':<{width}} | " + " | ".join(
+            f"{c.value:^18}" for c in CONSTRUCTION_ORDER
+        )
+        print(header)
+        print("-" * len(header))
+        for attack in Attack:
+            row = []
+            for construction in CONSTRUCTION_ORDER:
+                cell = by_key[(attack, construction)]
+                mark = "" if cell.matches else "!"
+                verdict = "A" if cell.expected_accepted else "R"
+                row.append(f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}".center(18))
+            print(f"{attack.value:<{width}} | " + " | ".join(row))
+        print(
+            f"\nA/R: expected accept/reject. {len(cells)} cells × {args.trials} trials in {elapsed:.1f} s; "
+            + (
+                "pattern matches DESIGN.md section 3."
+                if not mismatches
+                else f"{len(mismatches)} cells DIFFER (marked !)."
+            )
+        )
+    return EXIT_OK if not mismatches else EXIT_REJECTED
+
+
+def _stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

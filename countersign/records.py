@@ -1,0 +1,510 @@
+"""Node records, envelopes and paths: the wire format of docs/spec.md, parsed strictly.
+
+Every object has exactly the fields the spec lists (none missing, none unknown), integers are plain
+integers in the interoperable range, identifiers match their patterns. A parsed object keeps the
+validated JSON it came from, so its canonical bytes are computed without rebuilding it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from countersign.canonical import (
+    SAFE_INTEGER_MAX,
+    JsonValue,
+    canonicalize_validated,
+    sha256_digest,
+)
+from countersign.errors import MalformedError
+
+FORMAT_VERSION: Final = 1
+MAX_PATH_LENGTH: Final = 64
+MAX_DEPTH: Final = MAX_PATH_LENGTH - 1
+MAX_CHILDREN_LIMIT: Final = 65_535
+MAX_ALLOWED_CHILDREN: Final = 64
+MAX_INPUT_BYTES: Final = 1 << 20
+
+DEPLOYER_ID_PATTERN: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+KEY_ID_PATTERN: Final = re.compile(r"ed25519:[0-9a-f]{32}")
+DIGEST_PATTERN: Final = re.compile(r"sha256:[0-9a-f]{64}")
+NONCE_PATTERN: Final = re.compile(r"[0-9a-f]{32}")
+IDENTIFIER_PATTERN: Final = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,256}")
+# Unpadded base64url of 64 bytes: the last character carries 2 bits, so only A, Q, g, w are canonical.
+SIGNATURE_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
+
+PAYLOAD_TYPE_NODE: Final = "application/vnd.countersign.node+json;version=1"
+PAYLOAD_TYPE_EDGE: Final = "application/vnd.countersign.edge+json;version=1"
+PAYLOAD_TYPE_REGISTRY_STATEMENT: Final = "application/vnd.countersign.registry-statement+json;version=1"
+EDGE_DOMAIN: Final = "countersign/edge-manifest/v1"
+
+
+class Construction(enum.StrEnum):
+    """The six lineage constructions (DESIGN.md section 3)."""
+
+    NO_CHAIN = "no-chain"
+    HASH_ONLY = "hash-only"
+    NAIVE_SIG = "naive-sig"
+    LINKED_LIST = "linked-list"
+    MERKLE = "merkle"
+    SIGNED_DAG = "signed-dag"
+
+    @property
+    def signed(self) -> bool:
+        """Records carry a primary signature by the issuing deployer."""
+        return self not in (Construction.NO_CHAIN, Construction.HASH_ONLY)
+
+    @property
+    def signs_lineage(self) -> bool:
+        """The primary signature covers ``parent`` and ``depth`` (NAIVE-SIG signs only identity)."""
+        return self.signed and self is not Construction.NAIVE_SIG
+
+    @property
+    def links_parent(self) -> bool:
+        """Records reference their parent (by digest, or by Merkle root of the prefix)."""
+        return self is not Construction.NO_CHAIN
+
+    @property
+    def enforces_fanout(self) -> bool:
+        """A signed parent commitment exists, so children can be counted against ``max_children``."""
+        return self.signs_lineage
+
+    @property
+    def cosigns_edges(self) -> bool:
+        """Cross-deployer edges carry parent and child co-signatures over the edge manifest."""
+        return self is Construction.SIGNED_DAG
+
+
+class LifecycleEvent(enum.StrEnum):
+    NEW = "new"
+    RELOAD = "reload"
+    BRANCH = "branch"
+    COMPOSITE = "composite"
+    FINE_TUNE = "fine_tune"
+
+
+class BindingScope(enum.StrEnum):
+    PER_SESSION = "per_session"
+    PER_TURN = "per_turn"
+    PER_TOOL_CALL = "per_tool_call"
+    PER_N_TOKENS = "per_n_tokens"
+
+
+class CoSignerRole(enum.StrEnum):
+    PARENT = "parent"
+    CHILD = "child"
+
+
+# --- small field validators -------------------------------------------------------------------
+
+
+def _object(value: object, keys: frozenset[str], what: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise MalformedError(f"{what} must be an object")
+    if value.keys() != keys:
+        missing = sorted(keys - value.keys())
+        unknown = sorted(value.keys() - keys)
+        raise MalformedError(f"{what}: missing fields {missing}, unknown fields {unknown}")
+    return value
+
+
+def _int(value: object, what: str, low: int = 0, high: int = SAFE_INTEGER_MAX) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise MalformedError(f"{what} must be an integer in [{low}, {high}]")
+    return value
+
+
+def _match(value: object, pattern: re.Pattern[str], what: str) -> str:
+    if type(value) is not str or pattern.fullmatch(value) is None:
+        raise MalformedError(f"{what} must match {pattern.pattern}")
+    return value
+
+
+def _optional_match(value: object, pattern: re.Pattern[str], what: str) -> str | None:
+    return None if value is None else _match(value, pattern, what)
+
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+def _enum(value: object, kind: type[_E], what: str) -> _E:
+    if type(value) is not str:
+        raise MalformedError(f"{what} must be a string")
+    try:
+        return kind(value)
+    except ValueError:
+        raise MalformedError(f"{what} must be one of {[m.value for m in kind]}") from None
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRef:
+    """The agent instance a record speaks for, and the agent system (delegation tree) it belongs to."""
+
+    instance: str
+    system: str
+
+    KEYS = frozenset({"instance", "system"})
+
+    @classmethod
+    def from_json(cls, value: object) -> AgentRef:
+        obj = _object(value, cls.KEYS, "agent")
+        return cls(
+            _match(obj["instance"], IDENTIFIER_PATTERN, "agent.instance"),
+            _match(obj["system"], IDENTIFIER_PATTERN, "agent.system"),
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"instance": self.instance, "system": self.system}
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Optional signed limits on a record's descendants; ``None`` means no limit."""
+
+    allowed_children: tuple[str, ...] | None = None
+    max_depth: int | None = None
+
+    KEYS = frozenset({"allowed_children", "max_depth"})
+
+    @classmethod
+    def from_json(cls, value: object) -> Policy:
+        obj = _object(value, cls.KEYS, "policy")
+        allowed = obj["allowed_children"]
+        children: tuple[str, ...] | None = None
+        if allowed is not None:
+            if type(allowed) is not list or len(allowed) > MAX_ALLOWED_CHILDREN:
+                raise MalformedError(f"policy.allowed_children must be a list of at most {MAX_ALLOWED_CHILDREN}")
+            children = tuple(_match(d, DEPLOYER_ID_PATTERN, "policy.allowed_children[]") for d in allowed)
+            if len(set(children)) != len(children):
+                raise MalformedError("policy.allowed_children has duplicates")
+        max_depth = obj["max_depth"]
+        return cls(children, None if max_depth is None else _int(max_depth, "policy.max_depth", 0, MAX_DEPTH))
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "allowed_children": None if self.allowed_children is None else list(self.allowed_children),
+            "max_depth": self.max_depth,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OutputReceipt:
+    """Layer 1: the exact bytes a deployer's runtime emitted, and where they sit in a session."""
+
+    sha256: str
+    binding_scope: BindingScope
+    session: str
+    seq: int
+    prev: str | None
+
+    KEYS = frozenset({"sha256", "binding_scope", "session", "seq", "prev"})
+
+    @classmethod
+    def from_json(cls, value: object) -> OutputReceipt:
+        obj = _object(value, cls.KEYS, "output")
+        seq = _int(obj["seq"], "output.seq")
+        prev = _optional_match(obj["prev"], DIGEST_PATTERN, "output.prev")
+        if (seq == 0) != (prev is None):
+            raise MalformedError("output.prev must be null exactly when output.seq is 0")
+        return cls(
+            _match(obj["sha256"], DIGEST_PATTERN, "output.sha256"),
+            _enum(obj["binding_scope"], BindingScope, "output.binding_scope"),
+            _match(obj["session"], IDENTIFIER_PATTERN, "output.session"),
+            seq,
+            prev,
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "sha256": self.sha256,
+            "binding_scope": self.binding_scope.value,
+            "session": self.session,
+            "seq": self.seq,
+            "prev": self.prev,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CoSignature:
+    """A deployer's signature over the edge manifest of one cross-deployer edge."""
+
+    role: CoSignerRole
+    deployer: str
+    key_id: str
+    sig: str
+
+    KEYS = frozenset({"role", "deployer", "key_id", "sig"})
+
+    @classmethod
+    def from_json(cls, value: object) -> CoSignature:
+        obj = _object(value, cls.KEYS, "cosigs[]")
+        return cls(
+            _enum(obj["role"], CoSignerRole, "cosigs[].role"),
+            _match(obj["deployer"], DEPLOYER_ID_PATTERN, "cosigs[].deployer"),
+            _match(obj["key_id"], KEY_ID_PATTERN, "cosigs[].key_id"),
+            _match(obj["sig"], SIGNATURE_PATTERN, "cosigs[].sig"),
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"role": self.role.value, "deployer": self.deployer, "key_id": self.key_id, "sig": self.sig}
+
+    def cosigner_json(self) -> dict[str, JsonValue]:
+        """The co-signer's identity as it appears inside the edge manifest (no signature)."""
+        return {"role": self.role.value, "deployer": self.deployer, "key_id": self.key_id}
+
+
+RECORD_KEYS: Final = frozenset(
+    {
+        "v",
+        "construction",
+        "deployer",
+        "key_id",
+        "agent",
+        "created_ms",
+        "expires_ms",
+        "parent",
+        "depth",
+        "nonce",
+        "max_children",
+        "event",
+        "policy",
+        "output",
+        "cosigs",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One agent instance's record in a delegation path (DESIGN.md section 2)."""
+
+    construction: Construction
+    deployer: str
+    key_id: str
+    agent: AgentRef
+    created_ms: int
+    expires_ms: int
+    parent: str | None
+    depth: int
+    nonce: str
+    max_children: int
+    event: LifecycleEvent
+    policy: Policy
+    output: OutputReceipt | None
+    cosigs: tuple[CoSignature, ...] = ()
+    v: int = FORMAT_VERSION
+
+    @classmethod
+    def from_json(cls, value: object) -> NodeRecord:
+        if type(value) is dict and "v" in value and type(value["v"]) is int and value["v"] != FORMAT_VERSION:
+            raise UnsupportedVersionError(f"record version {value['v']} is not supported")
+        obj = _object(value, RECORD_KEYS, "record")
+        _int(obj["v"], "record.v", FORMAT_VERSION, FORMAT_VERSION)
+        created = _int(obj["created_ms"], "record.created_ms")
+        expires = _int(obj["expires_ms"], "record.expires_ms")
+        if expires <= created:
+            raise MalformedError("record.expires_ms must be after record.created_ms")
+        cosigs_value = obj["cosigs"]
+        if type(cosigs_value) is not list or len(cosigs_value) not in (0, 2):
+            raise MalformedError("record.cosigs must be a list of zero or two co-signatures")
+        cosigs = tuple(CoSignature.from_json(c) for c in cosigs_value)
+        if cosigs and (cosigs[0].role is not CoSignerRole.PARENT or cosigs[1].role is not CoSignerRole.CHILD):
+            raise MalformedError("record.cosigs must list the parent's co-signature, then the child's")
+        construction = _enum(obj["construction"], Construction, "record.construction")
+        if cosigs and not construction.cosigns_edges:
+            raise MalformedError(f"record.cosigs must be empty under {construction}")
+        output = obj["output"]
+        return cls(
+            construction=construction,
+            deployer=_match(obj["deployer"], DEPLOYER_ID_PATTERN, "record.deployer"),
+            key_id=_match(obj["key_id"], KEY_ID_PATTERN, "record.key_id"),
+            agent=AgentRef.from_json(obj["agent"]),
+            created_ms=created,
+            expires_ms=expires,
+            parent=_optional_match(obj["parent"], DIGEST_PATTERN, "record.parent"),
+            depth=_int(obj["depth"], "record.depth", 0, MAX_DEPTH),
+            nonce=_match(obj["nonce"], NONCE_PATTERN, "record.nonce"),
+            max_children=_int(obj["max_children"], "record.max_children", 0, MAX_CHILDREN_LIMIT),
+            event=_enum(obj["event"], LifecycleEvent, "record.event"),
+            policy=Policy.from_json(obj["policy"]),
+            output=None if output is None else OutputReceipt.from_json(output),
+            cosigs=cosigs,
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "v": self.v,
+            "construction": self.construction.value,
+            "deployer": self.deployer,
+            "key_id": self.key_id,
+            "agent": self.agent.to_json(),
+            "created_ms": self.created_ms,
+            "expires_ms": self.expires_ms,
+            "parent": self.parent,
+            "depth": self.depth,
+            "nonce": self.nonce,
+            "max_children": self.max_children,
+            "event": self.event.value,
+            "policy": self.policy.to_json(),
+            "output": None if self.output is None else self.output.to_json(),
+            "cosigs": [c.to_json() for c in self.cosigs],
+        }
+
+
+class UnsupportedVersionError(MalformedError):
+    """A well-formed object in a format version this implementation does not know."""
+
+
+# --- envelopes and paths -----------------------------------------------------------------------
+
+ENVELOPE_KEYS: Final = frozenset({"record", "key_id", "sig"})
+PATH_KEYS: Final = frozenset({"v", "envelopes"})
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A record with its primary signature (``None`` under the unsigned baselines).
+
+    ``record_json`` is the validated JSON of ``record``; the canonical bytes derive from it.
+    """
+
+    record: NodeRecord
+    key_id: str
+    sig: str | None
+    record_json: dict[str, JsonValue] = field(compare=False, repr=False)
+
+    @classmethod
+    def build(cls, record: NodeRecord, sig: str | None) -> Envelope:
+        return cls(record, record.key_id, sig, record.to_json())
+
+    @classmethod
+    def from_json(cls, value: object) -> Envelope:
+        obj = _object(value, ENVELOPE_KEYS, "envelope")
+        record = NodeRecord.from_json(obj["record"])
+        key_id = _match(obj["key_id"], KEY_ID_PATTERN, "envelope.key_id")
+        if key_id != record.key_id:
+            raise MalformedError("envelope.key_id differs from record.key_id")
+        sig = obj["sig"]
+        if record.construction.signed:
+            _match(sig, SIGNATURE_PATTERN, "envelope.sig")
+        elif sig is not None:
+            raise MalformedError(f"envelope.sig must be null under {record.construction}")
+        return cls(record, key_id, sig, obj["record"])
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"record": self.record_json, "key_id": self.key_id, "sig": self.sig}
+
+    def record_bytes(self) -> bytes:
+        """Canonical (RFC 8785) bytes of the record: the payload the primary signature covers."""
+        return canonicalize_validated(self.record_json)
+
+    def canonical_bytes(self, record_bytes: bytes | None = None) -> bytes:
+        """Canonical bytes of the whole envelope, composed from the record's canonical bytes.
+
+        Keys sort as ``key_id`` < ``record`` < ``sig``; a property test proves the composition equal to
+        RFC 8785 over :meth:`to_json`.
+        """
+        body = self.record_bytes() if record_bytes is None else record_bytes
+        sig = b"null" if self.sig is None else b'"' + self.sig.encode("ascii") + b'"'
+        return b'{"key_id":"' + self.key_id.encode("ascii") + b'","record":' + body + b',"sig":' + sig + b"}"
+
+    def digest(self) -> str:
+        """``sha256:<hex>`` of the canonical envelope: how a child names its parent."""
+        return sha256_digest(self.canonical_bytes())
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """A presented root-to-leaf path of envelopes."""
+
+    envelopes: tuple[Envelope, ...]
+    v: int = FORMAT_VERSION
+
+    @classmethod
+    def from_json(cls, value: object) -> Path:
+        if type(value) is dict and type(value.get("v")) is int and value["v"] != FORMAT_VERSION:
+            raise UnsupportedVersionError(f"path version {value['v']} is not supported")
+        obj = _object(value, PATH_KEYS, "path")
+        _int(obj["v"], "path.v", FORMAT_VERSION, FORMAT_VERSION)
+        items = obj["envelopes"]
+        if type(items) is not list or not 1 <= len(items) <= MAX_PATH_LENGTH:
+            raise MalformedError(f"path.envelopes must be a list of 1 to {MAX_PATH_LENGTH} envelopes")
+        envelopes = []
+        for index, item in enumerate(items):
+            try:
+                envelopes.append(Envelope.from_json(item))
+            except MalformedError as exc:
+                raise type(exc)(f"envelope {index}: {exc}", index=index) from None
+        return cls(tuple(envelopes))
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"v": self.v, "envelopes": [e.to_json() for e in self.envelopes]}
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes of the path: what ``path.json`` holds and what round-trips unchanged."""
+        return canonicalize_validated(self.to_json())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Path:
+        """Parse a path from JSON bytes. Raises MalformedError (never anything else) on bad input."""
+        return cls.from_json(parse_json(data))
+
+    @property
+    def leaf(self) -> Envelope:
+        return self.envelopes[-1]
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+
+# --- strict JSON ------------------------------------------------------------------------------
+
+
+def _reject_duplicates(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise MalformedError("duplicate object key")
+    return obj
+
+
+def _reject_float(text: str) -> Any:
+    raise MalformedError(f"floats are not allowed: {text[:32]}")
+
+
+def _reject_constant(text: str) -> Any:
+    raise MalformedError(f"{text} is not JSON")
+
+
+def parse_json(data: bytes | str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """Strict JSON: UTF-8 only, bounded size, no duplicate keys, no floats, no NaN.
+
+    Deep nesting ends in the C parser's recursion guard (RecursionError), reported as malformed.
+    Raises MalformedError for every way the input can be bad.
+    """
+    if len(data) > max_bytes:
+        raise MalformedError(f"input exceeds {max_bytes} bytes")
+    if isinstance(data, bytes | bytearray):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedError(f"input is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    else:
+        text = data
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_float=_reject_float,
+            parse_constant=_reject_constant,
+        )
+    except MalformedError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise MalformedError(f"invalid JSON: {exc}") from None

@@ -1,0 +1,391 @@
+"""Verifying a presented root-to-leaf path (DESIGN.md section 4, normative order in docs/spec.md).
+
+The checks run record by record from the root, failing closed at the first violation with a typed
+reason and the offending index; the output and the durable state come last, so nothing is recorded
+for a path whose cryptography does not hold.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from countersign.canonical import DIGEST_PREFIX, b64url_decode_validated, sha256_digest
+from countersign.constructions import edge_manifest, edge_signing_input, record_signing_input
+from countersign.errors import MalformedError
+from countersign.keys import PublicKey
+from countersign.merkle import MerkleAccumulator
+from countersign.reasons import Reason, VerificationResult
+from countersign.records import MAX_DEPTH, Construction, Envelope, Path, UnsupportedVersionError
+from countersign.registry import KeyProblem, Registry
+from countersign.state import ChildEdge, LeafNonce, VerifierState
+
+
+class Mode(enum.StrEnum):
+    ACCEPT = "accept"
+    """Verify and consume the leaf nonce: the path is accepted at most once."""
+    AUDIT = "audit"
+    """Verify without consuming or recording anything."""
+
+
+SIGNED_CONSTRUCTIONS = frozenset({Construction.LINKED_LIST, Construction.MERKLE, Construction.SIGNED_DAG})
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierPolicy:
+    """What this verifier accepts beyond the cryptography.
+
+    By default only constructions with signed parent commitments are accepted; the baselines exist to
+    be compared, and accepting them is an explicit, unsafe choice.
+    """
+
+    constructions: frozenset[Construction] = field(default=SIGNED_CONSTRUCTIONS)
+    clock_skew_ms: int = 60_000
+
+    @classmethod
+    def unsafe_allow_baselines(cls, clock_skew_ms: int = 60_000) -> VerifierPolicy:
+        """Accept all six constructions, including NO-CHAIN, HASH-ONLY and NAIVE-SIG."""
+        return cls(frozenset(Construction), clock_skew_ms)
+
+
+DEFAULT_POLICY = VerifierPolicy()
+
+
+def _reject(reason: Reason, index: int | None, detail: str) -> VerificationResult:
+    return VerificationResult.reject(reason, index, detail)
+
+
+class SignatureCheck(NamedTuple):
+    """One signature the walk deferred; ``order`` is (record index, step) in the normative order."""
+
+    order: tuple[int, int]
+    key: PublicKey
+    message: bytes
+    signature: str
+    reason: Reason
+    detail: str
+
+    def holds(self) -> bool:
+        return self.key.verify(self.message, b64url_decode_validated(self.signature))
+
+
+class SignatureBatch(Protocol):
+    """Verifies deferred signatures; returns the failing check with the smallest order, if any."""
+
+    def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None: ...
+
+
+class SerialSignatures:
+    """One signature after another, stopping at the first failure. The default."""
+
+    def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None:
+        for check in checks:
+            if not check.holds():
+                return check
+        return None
+
+
+class ThreadedSignatures:
+    """Splits a path's signatures across ``lanes`` threads (libsodium releases the GIL while it
+    verifies). Lowers the latency of one verification on an idle multi-core machine; a busy service
+    already uses every core across requests and gains nothing from it."""
+
+    def __init__(self, lanes: int = 2) -> None:
+        if lanes < 2:
+            raise ValueError("use SerialSignatures for one lane")
+        self._lanes = lanes
+        self._pool = ThreadPoolExecutor(max_workers=lanes - 1, thread_name_prefix="countersign-verify")
+
+    def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None:
+        if len(checks) < 2 * self._lanes:
+            return SerialSignatures().first_failure(checks)
+        lanes = [checks[lane :: self._lanes] for lane in range(self._lanes)]
+        futures = [self._pool.submit(_failures, lane) for lane in lanes[1:]]
+        failures = _failures(lanes[0])
+        for future in futures:
+            failures.extend(future.result())
+        return min(failures, key=lambda c: c.order, default=None)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+def _failures(checks: Sequence[SignatureCheck]) -> list[SignatureCheck]:
+    return [check for check in checks if not check.holds()]
+
+
+SERIAL = SerialSignatures()
+
+
+def verify_path(
+    path: Path,
+    output: bytes,
+    *,
+    registry: Registry,
+    state: VerifierState,
+    mode: Mode,
+    now_ms: int,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+    signatures: SignatureBatch = SERIAL,
+) -> VerificationResult:
+    """Verify ``path`` for the exact ``output`` bytes; in accept mode consume its leaf nonce.
+
+    Returns the verdict. Raises :class:`countersign.errors.StateUnavailable` when the durable state
+    cannot be reached (retryable; never an accept).
+    """
+    edges: list[ChildEdge] = []
+    result = _walk(path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures)
+    if result is not None:
+        return result
+    leaf_index = len(path) - 1
+    leaf = path.leaf.record
+    if leaf.output is None:
+        return _reject(Reason.OUTPUT_MISSING, leaf_index, "the leaf record has no output section")
+    if DIGEST_PREFIX + hashlib.sha256(output).hexdigest() != leaf.output.sha256:
+        return _reject(Reason.OUTPUT_MISMATCH, leaf_index, "SHA-256 of the output differs from the signed hash")
+    leaf_nonce = LeafNonce(leaf.nonce, leaf.expires_ms + policy.clock_skew_ms, leaf_index)
+    rejection = state.admit(edges, leaf_nonce, consume=mode is Mode.ACCEPT, now_ms=now_ms)
+    if rejection is not None:
+        detail = (
+            "parent already has max_children children"
+            if rejection.reason is Reason.FANOUT_EXCEEDED
+            else ("the leaf nonce was already consumed")
+        )
+        return _reject(rejection.reason, rejection.index, detail)
+    return VerificationResult.accept()
+
+
+def verify_path_bytes(
+    path_bytes: bytes,
+    output: bytes,
+    *,
+    registry: Registry,
+    state: VerifierState,
+    mode: Mode,
+    now_ms: int,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+    signatures: SignatureBatch = SERIAL,
+) -> VerificationResult:
+    """Parse, then :func:`verify_path`. Malformed input is a ``MALFORMED`` (or version) reject."""
+    try:
+        path = Path.from_bytes(path_bytes)
+    except MalformedError as exc:
+        return malformed_result(exc)
+    return verify_path(
+        path, output, registry=registry, state=state, mode=mode, now_ms=now_ms, policy=policy, signatures=signatures
+    )
+
+
+def malformed_result(exc: MalformedError) -> VerificationResult:
+    reason = Reason.UNSUPPORTED_VERSION if isinstance(exc, UnsupportedVersionError) else Reason.MALFORMED
+    return _reject(reason, exc.index, str(exc))
+
+
+def check_lineage(
+    path: Path, *, registry: Registry, now_ms: int, policy: VerifierPolicy = DEFAULT_POLICY
+) -> VerificationResult:
+    """Lineage-only check, as the paper measures it: every lineage and co-signature check, without
+    the primary signatures, the output binding and the durable state. Not a verdict to act on."""
+    result = _walk(path, registry, now_ms, policy, primary=False, edges=[], signatures=SERIAL)
+    return result or VerificationResult.accept()
+
+
+# Steps inside one record, in the normative order of docs/spec.md section 6.
+_STEP_CONSTRUCTION, _STEP_KEY, _STEP_SIGNATURE, _STEP_WINDOW = 0, 1, 2, 3
+_STEP_PARENT, _STEP_DEPTH, _STEP_SYSTEM, _STEP_EXPIRY, _STEP_ALLOWED = 4, 5, 6, 7, 8
+_STEP_COSIGNERS, _STEP_PARENT_COSIG_KEY, _STEP_PARENT_COSIG = 9, 10, 11
+_STEP_CHILD_COSIG_KEY, _STEP_CHILD_COSIG, _STEP_MAX_DEPTH, _STEP_NONCE = 12, 13, 14, 15
+
+
+class _Failure(Exception):
+    """A structural violation found while walking; carries its place in the normative order."""
+
+    def __init__(self, index: int, step: int, reason: Reason, detail: str) -> None:
+        self.order = (index, step)
+        self.result = VerificationResult.reject(reason, index, detail)
+
+
+def _walk(
+    path: Path,
+    registry: Registry,
+    now_ms: int,
+    policy: VerifierPolicy,
+    *,
+    primary: bool,
+    edges: list[ChildEdge],
+    signatures: SignatureBatch,
+) -> VerificationResult | None:
+    """Run every check of the path walk; return the first violation in normative order, or None.
+
+    Structural checks run as the walk goes; signature checks are collected and verified at the end,
+    only those ordered before the first structural violation, so the verdict is exactly what a
+    strictly sequential walk would return.
+    """
+    checks: list[SignatureCheck] = []
+    failure: _Failure | None = None
+    try:
+        _collect(path, registry, now_ms, policy, primary, edges, checks)
+    except _Failure as found:
+        failure = found
+        checks = [check for check in checks if check.order < found.order]
+    bad = signatures.first_failure(checks)
+    if bad is not None:
+        return VerificationResult.reject(bad.reason, bad.order[0], bad.detail)
+    return None if failure is None else failure.result
+
+
+def _collect(
+    path: Path,
+    registry: Registry,
+    now_ms: int,
+    policy: VerifierPolicy,
+    primary: bool,
+    edges: list[ChildEdge],
+    checks: list[SignatureCheck],
+) -> None:
+    envelopes = path.envelopes
+    root = envelopes[0].record
+    construction = root.construction
+    if construction not in policy.constructions:
+        raise _Failure(0, _STEP_CONSTRUCTION, Reason.CONSTRUCTION_NOT_ALLOWED, f"{construction} is not accepted")
+    skew = policy.clock_skew_ms
+    check_primary = primary and construction.signed
+    links_parent = construction.links_parent
+    cosigns_edges = construction.cosigns_edges
+    enforces_fanout = construction.enforces_fanout
+    system = root.agent.system
+    merkle = MerkleAccumulator() if construction is Construction.MERKLE else None
+    nonces: set[str] = set()
+    depth_limit = MAX_DEPTH
+    parent: Envelope | None = None
+    parent_digest = ""
+    last = len(envelopes) - 1
+    for index, envelope in enumerate(envelopes):
+        record = envelope.record
+        if record.construction is not construction:
+            raise _Failure(index, _STEP_CONSTRUCTION, Reason.MALFORMED, "records of one path share a construction")
+        record_bytes = envelope.record_bytes()
+
+        if check_primary:
+            key = _resolve(registry, record.deployer, record.key_id, record.created_ms, index, _STEP_KEY, "")
+            assert envelope.sig is not None
+            message = record_signing_input(construction, envelope.record_json, record_bytes)
+            checks.append(
+                SignatureCheck(
+                    (index, _STEP_SIGNATURE),
+                    key,
+                    message,
+                    envelope.sig,
+                    Reason.BAD_SIGNATURE,
+                    "primary signature does not verify",
+                )
+            )
+
+        if record.created_ms > now_ms + skew:
+            raise _Failure(index, _STEP_WINDOW, Reason.NOT_YET_VALID, "record created in the future")
+        if record.expires_ms + skew <= now_ms:
+            raise _Failure(index, _STEP_WINDOW, Reason.EXPIRED, "record expired")
+
+        if parent is None:
+            if record.parent is not None:
+                raise _Failure(index, _STEP_PARENT, Reason.PARENT_MISMATCH, "the root must not reference a parent")
+            if record.depth != 0:
+                raise _Failure(index, _STEP_DEPTH, Reason.DEPTH_MISMATCH, "the root must have depth 0")
+        else:
+            if not links_parent:
+                expected: str | None = None
+            elif merkle is not None:
+                expected = merkle.root()
+            else:
+                expected = parent_digest
+            if record.parent != expected:
+                raise _Failure(index, _STEP_PARENT, Reason.PARENT_MISMATCH, "parent reference does not match")
+            if record.depth != index:
+                raise _Failure(index, _STEP_DEPTH, Reason.DEPTH_MISMATCH, f"depth {record.depth} at position {index}")
+            if record.agent.system != system:
+                raise _Failure(index, _STEP_SYSTEM, Reason.SYSTEM_MISMATCH, "record belongs to another agent system")
+            parent_record = parent.record
+            if record.expires_ms > parent_record.expires_ms:
+                raise _Failure(index, _STEP_EXPIRY, Reason.EXPIRY_EXCEEDS_PARENT, "child outlives its parent")
+            allowed = parent_record.policy.allowed_children
+            cross = record.deployer != parent_record.deployer
+            if allowed is not None and cross and record.deployer not in allowed:
+                raise _Failure(
+                    index, _STEP_ALLOWED, Reason.POLICY_VIOLATION, f"{record.deployer} is not an allowed child"
+                )
+            if cosigns_edges:
+                _collect_cosignatures(
+                    parent_record.deployer, parent_digest, record_bytes, envelope, index, cross, registry, checks
+                )
+            if enforces_fanout:
+                edges.append(
+                    ChildEdge(
+                        parent_digest, record.nonce, parent_record.max_children, parent_record.expires_ms + skew, index
+                    )
+                )
+        if record.policy.max_depth is not None and record.policy.max_depth < depth_limit:
+            depth_limit = record.policy.max_depth
+        if index > depth_limit:
+            raise _Failure(index, _STEP_MAX_DEPTH, Reason.POLICY_VIOLATION, "a max_depth policy forbids this depth")
+        if record.nonce in nonces:
+            raise _Failure(index, _STEP_NONCE, Reason.DUPLICATE_NONCE, "nonce repeats inside the path")
+        nonces.add(record.nonce)
+
+        if index < last:
+            canonical = envelope.canonical_bytes(record_bytes)
+            parent_digest = sha256_digest(canonical)
+            if merkle is not None:
+                merkle.append(canonical)
+        parent = envelope
+
+
+def _resolve(registry: Registry, deployer: str, key_id: str, at_ms: int, index: int, step: int, who: str) -> PublicKey:
+    key = registry.resolve(deployer, key_id, at_ms)
+    if isinstance(key, KeyProblem):
+        raise _Failure(index, step, key.reason, who + key.detail)
+    return key
+
+
+def _collect_cosignatures(
+    parent_deployer: str,
+    parent_digest: str,
+    record_bytes: bytes,
+    envelope: Envelope,
+    index: int,
+    cross: bool,
+    registry: Registry,
+    checks: list[SignatureCheck],
+) -> None:
+    """SIGNED-DAG: a cross-deployer edge carries parent and child co-signatures over τ."""
+    record = envelope.record
+    if not cross:
+        if record.cosigs:
+            raise _Failure(index, _STEP_COSIGNERS, Reason.MALFORMED, "a same-deployer edge carries no co-signatures")
+        return
+    if not record.cosigs:
+        raise _Failure(index, _STEP_COSIGNERS, Reason.MISSING_COSIGNATURE, "cross-deployer edge without co-signatures")
+    parent_cosig, child_cosig = record.cosigs
+    if parent_cosig.deployer != parent_deployer or child_cosig.deployer != record.deployer:
+        raise _Failure(index, _STEP_COSIGNERS, Reason.MISSING_COSIGNATURE, "co-signers are not the edge's deployers")
+    message = edge_signing_input(edge_manifest(parent_digest, record_bytes, record.cosigs))
+    for cosig, key_step, sig_step in (
+        (parent_cosig, _STEP_PARENT_COSIG_KEY, _STEP_PARENT_COSIG),
+        (child_cosig, _STEP_CHILD_COSIG_KEY, _STEP_CHILD_COSIG),
+    ):
+        key = _resolve(
+            registry, cosig.deployer, cosig.key_id, record.created_ms, index, key_step, f"{cosig.role} co-signer: "
+        )
+        checks.append(
+            SignatureCheck(
+                (index, sig_step),
+                key,
+                message,
+                cosig.sig,
+                Reason.BAD_COSIGNATURE,
+                f"{cosig.role} co-signature does not verify",
+            )
+        )

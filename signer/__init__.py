@@ -1,0 +1,1 @@
+"""The signer daemon and its key backends (one daemon per deployer)."""

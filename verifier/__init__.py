@@ -1,0 +1,1 @@
+"""The verifier service and its durable stores."""

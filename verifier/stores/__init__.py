@@ -1,0 +1,43 @@
+"""Durable verifier state backends, chosen by URL.
+
+``memory:`` (process-local, for tests), ``sqlite:///path/to/file.db`` (embedded default). Shared
+backends for verifier replicas are added by URL scheme as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from countersign.errors import CountersignError
+from countersign.state import InMemoryState, VerifierState
+
+
+class StoreConfigError(CountersignError, ValueError):
+    """A store URL that names no usable backend."""
+
+
+def _sqlite(url: str) -> VerifierState:
+    from verifier.stores.sqlite import SqliteState
+
+    parts = urlsplit(url)
+    if parts.netloc or not parts.path:
+        raise StoreConfigError(f"SQLite URL must look like sqlite:///path/to/state.db, got {url!r}")
+    return SqliteState(parts.path)
+
+
+def _memory(url: str) -> VerifierState:
+    return InMemoryState()
+
+
+STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierState]] = {"sqlite": _sqlite, "memory": _memory}
+
+
+def open_store(url: str) -> VerifierState:
+    """Open the verifier state a URL names. Raises StoreConfigError for an unknown or malformed URL,
+    and :class:`countersign.errors.StateUnavailable` when the store cannot be reached."""
+    scheme = urlsplit(url).scheme
+    factory = STORE_FOR_SCHEME.get(scheme)
+    if factory is None:
+        raise StoreConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; known: {sorted(STORE_FOR_SCHEME)}")
+    return factory(url)
