@@ -39,8 +39,9 @@ _FAST_ENCODER: Final = json.JSONEncoder(
 def canonicalize(value: object) -> bytes:
     """RFC 8785 bytes of any JSON value, by the reference library.
 
-    Raises MalformedError for values JCS cannot represent (floats outside the data model, huge
-    integers, lone surrogates, non-string keys).
+    Raises MalformedError for values JCS cannot represent (integers beyond 2**53, NaN, lone
+    surrogates, non-string keys). Floats are valid JCS; the protocol keeps them out of its objects
+    by schema, not here.
     """
     try:
         return rfc8785.dumps(value)  # type: ignore[arg-type]  # rfc8785 raises for what it cannot encode

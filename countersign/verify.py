@@ -191,7 +191,7 @@ def check_lineage(
     """Lineage-only check, as the paper measures it: every lineage and co-signature check, without
     the primary signatures, the output binding and the durable state. Not a verdict to act on."""
     result = _walk(path, registry, now_ms, policy, primary=False, edges=[], signatures=SERIAL)
-    return result or VerificationResult.accept()
+    return VerificationResult.accept() if result is None else result
 
 
 # Steps inside one record, in the normative order of docs/spec.md section 6.

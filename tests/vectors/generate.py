@@ -1,0 +1,506 @@
+"""Generate the test vectors of docs/spec.md (deterministic: fixed seeds, nonces and times).
+
+    python tests/vectors/generate.py [--out DIR]
+
+Writes ``keys.json``, ``encoding.json`` (canonical bytes, digests, signing inputs and signatures of
+one SIGNED-DAG path), ``valid/*.json`` (one accepted path per construction) and ``invalid/*.json``
+(named invalid presentations with the expected reason and index). The tests regenerate them into a
+temporary directory and require the result to equal the committed files byte for byte.
+
+Invalid vectors isolate one check each: where a check sits behind the signatures, the mutated
+record is re-signed with the legitimate key (a faulty issuer), so that exactly that check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path as FilePath
+from typing import Any
+
+from countersign.canonical import b64url_encode, canonicalize, sha256_digest
+from countersign.constructions import (
+    EdgeProposal,
+    RecordFields,
+    cosign,
+    edge_manifest,
+    edge_signing_input,
+    issue,
+    local_parent_cosigner,
+    record_signing_input,
+    seal,
+)
+from countersign.keys import Ed25519Signer
+from countersign.records import (
+    AgentRef,
+    BindingScope,
+    Construction,
+    CoSignerRole,
+    Envelope,
+    NodeRecord,
+    OutputReceipt,
+    Path,
+    Policy,
+)
+from countersign.registry import Registry
+from countersign.samples import SampleMesh
+
+SEED = b"countersign-test-vectors-v1"
+NOW_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+CREATED_MS = NOW_MS - 60_000
+DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
+ROUTE = ("deployer-a", "deployer-b", "deployer-b", "deployer-c")  # cross, local, cross
+OUTPUT = b"The final answer, exactly these bytes.\n"
+
+
+def nonce(label: str, index: int) -> str:
+    return sha256_digest(f"{label}:{index}".encode())[7:39]
+
+
+def mesh() -> SampleMesh:
+    return SampleMesh.create(DEPLOYERS, seed=SEED)
+
+
+def build_path(
+    m: SampleMesh,
+    construction: Construction,
+    route: Sequence[str] = ROUTE,
+    *,
+    label: str = "main",
+    output: bytes = OUTPUT,
+    max_children: int = 2,
+    policies: dict[int, Policy] | None = None,
+    prefix: Sequence[Envelope] = (),
+) -> Path:
+    envelopes = list(prefix)
+    for offset, deployer in enumerate(route):
+        index = len(envelopes)
+        leaf = offset == len(route) - 1
+        fields = RecordFields(
+            deployer=deployer,
+            agent=AgentRef(f"{label}-agent-{index}", "vector-system"),
+            created_ms=CREATED_MS,
+            expires_ms=NOW_MS + 3_600_000 - 1_000 * index,
+            max_children=max_children,
+            policy=(policies or {}).get(index, Policy()),
+            output=OutputReceipt(sha256_digest(output), BindingScope.PER_TURN, "vector-session", 0, None)
+            if leaf
+            else None,
+            nonce=nonce(label, index),
+        )
+        parent = m.signers[envelopes[-1].record.deployer] if envelopes else None
+        envelopes.append(
+            issue(
+                construction,
+                fields,
+                m.signers[deployer] if construction.signed else None,
+                envelopes,
+                parent_key_id=None if parent is None else parent.key_id,
+                parent_cosigner=None if parent is None else local_parent_cosigner(parent),
+            )
+        )
+    return Path(tuple(envelopes))
+
+
+def resign(m: SampleMesh, path: Path, index: int, change: Callable[[NodeRecord], NodeRecord]) -> Path:
+    """Apply ``change`` to record ``index`` and re-sign it (and its co-signatures) legitimately."""
+    envelopes = list(path.envelopes)
+    record = replace(change(envelopes[index].record), cosigs=())
+    signer = m.signers[record.deployer]
+    if record.construction.cosigns_edges and index > 0 and envelopes[index - 1].record.deployer != record.deployer:
+        parent = envelopes[index - 1]
+        parent_signer = m.signers[parent.record.deployer]
+        proposal = EdgeProposal(parent, record, parent_signer.key_id)
+        record = replace(
+            record,
+            cosigs=(
+                cosign(proposal, parent_signer, CoSignerRole.PARENT),
+                cosign(proposal, signer, CoSignerRole.CHILD),
+            ),
+        )
+    envelopes[index] = seal(record, signer)
+    return Path(tuple(envelopes))
+
+
+def registry_json(registry: Registry) -> dict[str, Any]:
+    return registry.to_json()  # type: ignore[return-value]
+
+
+def presentation(path: Path | str | bytes, output: bytes = OUTPUT) -> dict[str, Any]:
+    if isinstance(path, Path):
+        body: dict[str, Any] = {"path": path.to_json()}
+    elif isinstance(path, str):
+        body = {"path_text": path}
+    else:
+        body = {"path_base64": base64.b64encode(path).decode()}
+    body["output_base64"] = base64.b64encode(output).decode()
+    return body
+
+
+def vector(
+    name: str,
+    description: str,
+    target: dict[str, Any],
+    expected: tuple[str, str | None, int | None],
+    *,
+    registry: Registry,
+    before: Sequence[dict[str, Any]] = (),
+    mode: str = "accept",
+    allow_baselines: bool = False,
+    now_ms: int = NOW_MS,
+) -> dict[str, Any]:
+    verdict, reason, index = expected
+    return {
+        "name": name,
+        "description": description,
+        "now_ms": now_ms,
+        "clock_skew_ms": 60_000,
+        "mode": mode,
+        "allow_baselines": allow_baselines,
+        "registry": registry_json(registry),
+        "before": list(before),
+        "presentation": target,
+        "expected": {"verdict": verdict, "reason": reason, "index": index},
+    }
+
+
+def encoding_vector(m: SampleMesh, path: Path) -> dict[str, Any]:
+    records = []
+    for index, envelope in enumerate(path.envelopes):
+        record_bytes = envelope.record_bytes()
+        entry: dict[str, Any] = {
+            "index": index,
+            "record_canonical": record_bytes.decode(),
+            "signing_input_base64": base64.b64encode(
+                record_signing_input(envelope.record.construction, envelope.record_json, record_bytes)
+            ).decode(),
+            "sig": envelope.sig,
+            "envelope_canonical": envelope.canonical_bytes().decode(),
+            "envelope_digest": envelope.digest(),
+        }
+        if envelope.record.cosigs:
+            parent = path.envelopes[index - 1]
+            manifest = edge_manifest(parent.digest(), record_bytes, envelope.record.cosigs)
+            assert manifest == canonicalize(json.loads(manifest))
+            entry["edge_manifest"] = manifest.decode()
+            entry["edge_signing_input_base64"] = base64.b64encode(edge_signing_input(manifest)).decode()
+            entry["cosigs"] = [c.to_json() for c in envelope.record.cosigs]
+        records.append(entry)
+    return {
+        "description": "Canonical bytes, digests and signatures of the SIGNED-DAG path in valid/signed-dag.json.",
+        "payload_types": {
+            "node": "application/vnd.countersign.node+json;version=1",
+            "edge": "application/vnd.countersign.edge+json;version=1",
+        },
+        "output_sha256": sha256_digest(OUTPUT),
+        "records": records,
+    }
+
+
+def invalid_vectors(m: SampleMesh) -> list[dict[str, Any]]:
+    dag = build_path(m, Construction.SIGNED_DAG)
+    reg = m.registry
+    v: list[dict[str, Any]] = []
+
+    def add(name: str, description: str, target: Path | str | bytes, reason: str, index: int | None, **kw: Any) -> None:
+        output = kw.pop("output", OUTPUT)
+        v.append(
+            vector(
+                name,
+                description,
+                presentation(target, output),
+                ("REJECT", reason, index),
+                registry=kw.pop("registry", reg),
+                **kw,
+            )
+        )
+
+    # --- parsing ---
+    text = dag.to_bytes().decode()
+    add("malformed-truncated", "path.json cut in half", text[: len(text) // 2], "MALFORMED", None)
+    add(
+        "malformed-not-utf8",
+        "invalid UTF-8 byte inside a string",
+        dag.to_bytes().replace(b"main-agent-0", b"main-agent-\xff"),
+        "MALFORMED",
+        None,
+    )
+    add(
+        "malformed-duplicate-key",
+        "a record repeats the key 'depth'",
+        text.replace('"depth":0,', '"depth":0,"depth":0,', 1),
+        "MALFORMED",
+        None,
+    )
+    add(
+        "malformed-float",
+        "a float where an integer belongs",
+        text.replace('"depth":0,', '"depth":0.0,', 1),
+        "MALFORMED",
+        None,
+    )
+    add(
+        "malformed-unknown-field",
+        "an unknown field in a record",
+        text.replace('"depth":0,', '"depth":0,"extra":1,', 1),
+        "MALFORMED",
+        0,
+    )
+    add(
+        "malformed-bool-as-int",
+        "true where an integer belongs",
+        text.replace('"depth":0,', '"depth":true,', 1),
+        "MALFORMED",
+        0,
+    )
+    add(
+        "malformed-uppercase-digest",
+        "an upper-case hex digest",
+        text.replace(dag.envelopes[1].record.parent or "", (dag.envelopes[1].record.parent or "").upper()),
+        "MALFORMED",
+        1,
+    )
+    add(
+        "malformed-noncanonical-signature",
+        "a signature whose last base64url character carries set padding bits",
+        text.replace(dag.envelopes[0].sig or "", (dag.envelopes[0].sig or "")[:-1] + "B"),
+        "MALFORMED",
+        0,
+    )
+    add("malformed-deep-nesting", "deeply nested arrays", "[" * 3_000 + "]" * 3_000, "MALFORMED", None)
+    add("unsupported-version", "record format version 2", text.replace('"v":1}', '"v":2}', 1), "UNSUPPORTED_VERSION", 0)
+
+    # --- policy ---
+    add(
+        "construction-not-allowed",
+        "a NAIVE-SIG path without opting into baselines",
+        build_path(m, Construction.NAIVE_SIG),
+        "CONSTRUCTION_NOT_ALLOWED",
+        0,
+    )
+
+    # --- keys ---
+    outsider = Ed25519Signer(hashlib.sha256(b"outsider").digest())
+    stranger = SampleMesh({"deployer-x": outsider})
+    add(
+        "unknown-deployer",
+        "root issued by a deployer the registry does not admit",
+        build_path(stranger, Construction.SIGNED_DAG, ["deployer-x"]),
+        "UNKNOWN_DEPLOYER",
+        0,
+    )
+    foreign = replace(dag.envelopes[0].record, key_id=outsider.key_id)
+    add(
+        "unknown-key",
+        "root names a key_id that deployer-a does not have",
+        Path((Envelope.build(foreign, dag.envelopes[0].sig), *dag.envelopes[1:])),
+        "UNKNOWN_KEY",
+        0,
+    )
+    revoked = _with_key_status(reg, "deployer-b", revoked_ms=NOW_MS - 10)
+    add(
+        "key-revoked",
+        "deployer-b's key is revoked (nothing it signed is accepted)",
+        dag,
+        "KEY_REVOKED",
+        1,
+        registry=revoked,
+    )
+    retired = _with_key_status(reg, "deployer-c", retired_ms=CREATED_MS - 1)
+    add(
+        "key-retired-before-record",
+        "deployer-c's key was retired before the leaf was created",
+        dag,
+        "KEY_NOT_VALID",
+        3,
+        registry=retired,
+    )
+
+    # --- signatures ---
+    flipped = replace(dag.envelopes[2].record, agent=AgentRef("tampered", "vector-system"))
+    add(
+        "bad-signature",
+        "a record field changed after signing",
+        Path((*dag.envelopes[:2], Envelope.build(flipped, dag.envelopes[2].sig), dag.envelopes[3])),
+        "BAD_SIGNATURE",
+        2,
+    )
+
+    # --- validity window ---
+    add(
+        "expired",
+        "verified when the leaf's expiry plus the skew has passed",
+        dag,
+        "EXPIRED",
+        3,
+        now_ms=NOW_MS + 3_600_000 - 3_000 + 60_000,
+    )
+    future = resign(
+        m, build_path(m, Construction.SIGNED_DAG, ["deployer-a"]), 0, lambda r: replace(r, created_ms=NOW_MS + 61_000)
+    )
+    add("not-yet-valid", "created beyond the verifier's clock plus skew", future, "NOT_YET_VALID", 0)
+
+    # --- lineage ---
+    orphan_parent = resign(m, dag, 2, lambda r: replace(r, parent=sha256_digest(b"elsewhere")))
+    add(
+        "parent-mismatch",
+        "a record references an envelope that is not its predecessor",
+        orphan_parent,
+        "PARENT_MISMATCH",
+        2,
+    )
+    root_parent = resign(m, dag, 0, lambda r: replace(r, parent=sha256_digest(b"x")))
+    add(
+        "root-with-parent",
+        "the root references a parent",
+        Path(root_parent.envelopes[:1]),
+        "PARENT_MISMATCH",
+        0,
+        output=b"",
+    )
+    depth = resign(m, dag, 2, lambda r: replace(r, depth=5))
+    add("depth-mismatch", "signed depth differs from the position", depth, "DEPTH_MISMATCH", 2)
+    add(
+        "truncated-head",
+        "the root dropped: the first record still references a parent",
+        Path(dag.envelopes[1:]),
+        "PARENT_MISMATCH",
+        0,
+    )
+    system = resign(m, dag, 2, lambda r: replace(r, agent=AgentRef(r.agent.instance, "another-system")))
+    add("system-mismatch", "a record of another agent system", system, "SYSTEM_MISMATCH", 2)
+    outlives = resign(m, dag, 1, lambda r: replace(r, expires_ms=NOW_MS + 7_200_000))
+    add("expiry-exceeds-parent", "a child outlives its parent", outlives, "EXPIRY_EXCEEDS_PARENT", 1)
+    allowed = build_path(m, Construction.SIGNED_DAG, policies={0: Policy(allowed_children=("deployer-c",))})
+    add(
+        "policy-allowed-children",
+        "the root allows only deployer-c as a child, deployer-b follows",
+        allowed,
+        "POLICY_VIOLATION",
+        1,
+    )
+    max_depth = build_path(m, Construction.SIGNED_DAG, policies={1: Policy(max_depth=2)})
+    add(
+        "policy-max-depth",
+        "a max_depth of 2 set at depth 1; the leaf sits at depth 3",
+        max_depth,
+        "POLICY_VIOLATION",
+        3,
+    )
+
+    # --- co-signatures ---
+    missing = list(dag.envelopes)
+    missing[1] = seal(replace(dag.envelopes[1].record, cosigs=()), m.signers["deployer-b"])
+    add(
+        "missing-cosignature",
+        "a cross-deployer edge without co-signatures (child key alone)",
+        _relinked(m, missing, 2),
+        "MISSING_COSIGNATURE",
+        1,
+    )
+    forged = list(dag.envelopes)
+    parent_cosig, child_cosig = dag.envelopes[3].record.cosigs
+    other_parent = dag.envelopes[1].record.cosigs[0]
+    swapped = replace(dag.envelopes[3].record, cosigs=(replace(parent_cosig, sig=other_parent.sig), child_cosig))
+    forged[3] = seal(swapped, m.signers["deployer-c"])
+    add(
+        "bad-cosignature",
+        "the parent co-signature is copied from another edge",
+        Path(tuple(forged)),
+        "BAD_COSIGNATURE",
+        3,
+    )
+
+    # --- nonces and output ---
+    dup = resign(m, dag, 2, lambda r: replace(r, nonce=dag.envelopes[0].record.nonce))
+    add("duplicate-nonce", "two records of the path share a nonce", dup, "DUPLICATE_NONCE", 2)
+    no_output = resign(m, dag, 3, lambda r: replace(r, output=None))
+    add("output-missing", "the leaf carries no output section", no_output, "OUTPUT_MISSING", 3)
+    add("output-mismatch", "other bytes than the leaf signed", dag, "OUTPUT_MISMATCH", 3, output=OUTPUT + b"!")
+
+    # --- durable state ---
+    add(
+        "nonce-replayed",
+        "the same path presented a second time in accept mode",
+        dag,
+        "NONCE_REPLAYED",
+        3,
+        before=[presentation(dag)],
+    )
+    trunk = Path(dag.envelopes[:3])
+    siblings = [
+        build_path(m, Construction.SIGNED_DAG, ["deployer-c"], label=f"sibling-{i}", prefix=trunk.envelopes)
+        for i in range(3)
+    ]
+    add(
+        "fanout-exceeded",
+        "a third child under a parent whose max_children is 2",
+        siblings[2],
+        "FANOUT_EXCEEDED",
+        3,
+        before=[presentation(s) for s in siblings[:2]],
+    )
+    return v
+
+
+def _relinked(m: SampleMesh, envelopes: list[Envelope], start: int) -> Path:
+    """Re-sign records ``start..`` so their parent references follow a changed predecessor."""
+    path = Path(tuple(envelopes))
+    for index in range(start, len(envelopes)):
+        parent_digest = path.envelopes[index - 1].digest()
+        path = resign(m, path, index, lambda r, digest=parent_digest: replace(r, parent=digest))
+    return path
+
+
+def _with_key_status(registry: Registry, deployer: str, **status: int) -> Registry:
+    keys = {k: replace(e, **status) for k, e in registry.deployers[deployer].items()}  # type: ignore[arg-type]
+    return Registry({**registry.deployers, deployer: keys}, registry.sequence + 1)
+
+
+def generate(out: FilePath) -> None:
+    m = mesh()
+    (out / "valid").mkdir(parents=True, exist_ok=True)
+    (out / "invalid").mkdir(parents=True, exist_ok=True)
+    keys = {
+        d: {"seed_base64url": b64url_encode(s.seed), "public_key": b64url_encode(s.public_key), "key_id": s.key_id}
+        for d, s in m.signers.items()
+    }
+    write(out / "keys.json", {"description": "Deterministic test keys (never use outside tests).", "keys": keys})
+    for construction in Construction:
+        path = build_path(m, construction)
+        name = construction.value
+        write(
+            out / "valid" / f"{name}.json",
+            vector(
+                name,
+                f"a valid {name} path over {' -> '.join(ROUTE)}",
+                presentation(path),
+                ("ACCEPT", None, None),
+                registry=m.registry,
+                allow_baselines=not construction.signs_lineage,
+            ),
+        )
+    write(out / "encoding.json", encoding_vector(m, build_path(m, Construction.SIGNED_DAG)))
+    for item in invalid_vectors(m):
+        write(out / "invalid" / f"{item['name']}.json", item)
+
+
+def write(location: FilePath, body: dict[str, Any]) -> None:
+    location.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(FilePath(__file__).parent))
+    args = parser.parse_args(argv)
+    generate(FilePath(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
