@@ -20,7 +20,7 @@ from countersign.errors import MalformedError
 from countersign.keys import PublicKey
 from countersign.merkle import MerkleAccumulator
 from countersign.reasons import Reason, VerificationResult
-from countersign.records import MAX_DEPTH, Construction, Envelope, Path, UnsupportedVersionError
+from countersign.records import MAX_DEPTH, Construction, Envelope, NodeRecord, Path, UnsupportedVersionError
 from countersign.registry import KeyProblem, Registry
 from countersign.state import ChildEdge, LeafNonce, VerifierState
 
@@ -185,6 +185,15 @@ def malformed_result(exc: MalformedError) -> VerificationResult:
     return _reject(reason, exc.index, str(exc))
 
 
+def verify_structure(
+    path: Path, *, registry: Registry, now_ms: int, policy: VerifierPolicy = DEFAULT_POLICY
+) -> VerificationResult:
+    """Every check except the output binding and the durable state: is this path sound evidence up to
+    its leaf? (A signer checks a parent path this way before building on it.)"""
+    result = _walk(path, registry, now_ms, policy, primary=True, edges=[], signatures=SERIAL)
+    return VerificationResult.accept() if result is None else result
+
+
 def check_lineage(
     path: Path, *, registry: Registry, now_ms: int, policy: VerifierPolicy = DEFAULT_POLICY
 ) -> VerificationResult:
@@ -199,6 +208,37 @@ _STEP_CONSTRUCTION, _STEP_KEY, _STEP_SIGNATURE, _STEP_WINDOW = 0, 1, 2, 3
 _STEP_PARENT, _STEP_DEPTH, _STEP_SYSTEM, _STEP_EXPIRY, _STEP_ALLOWED = 4, 5, 6, 7, 8
 _STEP_COSIGNERS, _STEP_PARENT_COSIG_KEY, _STEP_PARENT_COSIG = 9, 10, 11
 _STEP_CHILD_COSIG_KEY, _STEP_CHILD_COSIG, _STEP_MAX_DEPTH, _STEP_NONCE = 12, 13, 14, 15
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeViolation:
+    reason: Reason
+    step: int
+    detail: str
+
+
+def edge_violation(
+    parent: NodeRecord, expected_link: str | None, child: NodeRecord, position: int
+) -> EdgeViolation | None:
+    """The first lineage rule the edge ``parent`` -> ``child`` breaks, in normative order, or None.
+
+    ``expected_link`` is what ``child.parent`` must equal (the parent envelope's digest, the Merkle
+    root of the prefix, or None under NO-CHAIN); ``position`` is the child's index in its path. The
+    verifier applies it to every edge of a presented path; a parent's signer applies it before it
+    co-signs an edge.
+    """
+    if child.parent != expected_link:
+        return EdgeViolation(Reason.PARENT_MISMATCH, _STEP_PARENT, "parent reference does not match")
+    if child.depth != position:
+        return EdgeViolation(Reason.DEPTH_MISMATCH, _STEP_DEPTH, f"depth {child.depth} at position {position}")
+    if child.agent.system != parent.agent.system:
+        return EdgeViolation(Reason.SYSTEM_MISMATCH, _STEP_SYSTEM, "record belongs to another agent system")
+    if child.expires_ms > parent.expires_ms:
+        return EdgeViolation(Reason.EXPIRY_EXCEEDS_PARENT, _STEP_EXPIRY, "child outlives its parent")
+    allowed = parent.policy.allowed_children
+    if allowed is not None and child.deployer != parent.deployer and child.deployer not in allowed:
+        return EdgeViolation(Reason.POLICY_VIOLATION, _STEP_ALLOWED, f"{child.deployer} is not an allowed child")
+    return None
 
 
 class _Failure(Exception):
@@ -257,7 +297,6 @@ def _collect(
     links_parent = construction.links_parent
     cosigns_edges = construction.cosigns_edges
     enforces_fanout = construction.enforces_fanout
-    system = root.agent.system
     merkle = MerkleAccumulator() if construction is Construction.MERKLE else None
     nonces: set[str] = set()
     depth_limit = MAX_DEPTH
@@ -302,21 +341,11 @@ def _collect(
                 expected = merkle.root()
             else:
                 expected = parent_digest
-            if record.parent != expected:
-                raise _Failure(index, _STEP_PARENT, Reason.PARENT_MISMATCH, "parent reference does not match")
-            if record.depth != index:
-                raise _Failure(index, _STEP_DEPTH, Reason.DEPTH_MISMATCH, f"depth {record.depth} at position {index}")
-            if record.agent.system != system:
-                raise _Failure(index, _STEP_SYSTEM, Reason.SYSTEM_MISMATCH, "record belongs to another agent system")
+            violation = edge_violation(parent.record, expected, record, index)
+            if violation is not None:
+                raise _Failure(index, violation.step, violation.reason, violation.detail)
             parent_record = parent.record
-            if record.expires_ms > parent_record.expires_ms:
-                raise _Failure(index, _STEP_EXPIRY, Reason.EXPIRY_EXCEEDS_PARENT, "child outlives its parent")
-            allowed = parent_record.policy.allowed_children
             cross = record.deployer != parent_record.deployer
-            if allowed is not None and cross and record.deployer not in allowed:
-                raise _Failure(
-                    index, _STEP_ALLOWED, Reason.POLICY_VIOLATION, f"{record.deployer} is not an allowed child"
-                )
             if cosigns_edges:
                 _collect_cosignatures(
                     parent_record.deployer, parent_digest, record_bytes, envelope, index, cross, registry, checks

@@ -25,7 +25,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from countersign.cli import demo, offline
+    from countersign.cli import demo, offline, services
 
     parser = argparse.ArgumentParser(
         prog="countersign",
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     offline.register(commands)
     demo.register(commands)
+    services.register(commands)
     return parser
 
 

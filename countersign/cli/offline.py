@@ -39,6 +39,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument("--path", required=True, help="path.json")
     verify.add_argument("--output", required=True, help="the exact output bytes")
     verify.add_argument("--registry", help="registry.json (required unless --verifier is given)")
+    verify.add_argument("--verifier", help="host:port of a verifier service: verify remotely instead")
+    verify.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
+    verify.add_argument("--cert", default="", help="with --verifier: client certificate (mTLS)")
+    verify.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
+    verify.add_argument("--insecure-loopback", action="store_true", help="with --verifier: plaintext, loopback only")
     verify.add_argument("--audit", action="store_true", help="check without consuming the leaf nonce")
     verify.add_argument("--state", default="memory:", help="durable state URL, e.g. sqlite:///state.db")
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
@@ -150,8 +155,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     path_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES)
     output = read_bytes(args.output, "output", MAX_OUTPUT_BYTES)
+    if args.verifier:
+        return verify_remotely(args, path_bytes, output)
     if args.registry is None:
-        raise UsageError("--registry is required")
+        raise UsageError("--registry is required (or --verifier HOST:PORT)")
     registry = load_registry(args.registry)
     policy = (
         VerifierPolicy.unsafe_allow_baselines(args.clock_skew_ms)
@@ -183,6 +190,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"verification could not run (retry): {exc}") from None
     finally:
         state.close()
+    print(json.dumps(result.to_json()))
+    return EXIT_OK if result else EXIT_REJECTED
+
+
+def verify_remotely(args: argparse.Namespace, path_bytes: bytes, output: bytes) -> int:
+    """Ask a verifier service; print the same verdict object as offline verification."""
+    from countersign.cli.services import client_tls
+    from countersign.service.clients import VerifierClient
+    from countersign.service.errors import ServiceError
+
+    client = VerifierClient(args.verifier, client_tls(args, args.verifier))
+    try:
+        result, _ = client.verify(path_bytes, output, audit=args.audit)
+    except ServiceError as exc:
+        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}") from None
+    finally:
+        client.close()
     print(json.dumps(result.to_json()))
     return EXIT_OK if result else EXIT_REJECTED
 

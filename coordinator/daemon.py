@@ -1,0 +1,192 @@
+"""The coordinator daemon: stores, serves and streams the operator-signed admission log.
+
+It holds no private key of anyone. It accepts a statement only if the pinned operator key signed it
+and it extends the chain; it stores the statement durably before anyone can see it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import grpc
+import prometheus_client
+
+from coordinator.store import LogConflict, LogStore, open_log_store
+from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
+from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
+from countersign.errors import MalformedError
+from countersign.keys import PublicKey
+from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
+from countersign.service.errors import ServiceError, servicer_edge
+from countersign.service.tls import peer_identity
+
+log = logging.getLogger("countersign.coordinator")
+MAX_WATCH_BATCH = 1_000
+
+
+@dataclasses.dataclass
+class CoordinatorConfig:
+    operator_public_key: str
+    listen: str = "127.0.0.1:7400"
+    metrics_listen: str = "127.0.0.1:9400"
+    log_store: str = "sqlite:///countersign-coordinator.db"
+    heartbeat_ms: int = 1_000
+    ready_file: str = ""
+    log_level: str = "info"
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+
+    def validate(self) -> None:
+        parse_address(self.listen, "listen")
+        if self.metrics_listen:
+            parse_address(self.metrics_listen, "metrics_listen")
+        self.tls.validate("coordinator")
+        require_loopback(self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen})
+        parse_operator_key(self.operator_public_key)
+        if not 50 <= self.heartbeat_ms <= 60_000:
+            raise ConfigError("heartbeat_ms must be between 50 and 60000")
+
+
+class CoordinatorMetrics:
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.submissions = prometheus_client.Counter(
+            "countersign_coordinator_submissions", "Statements submitted, by result", ["result"], registry=registry
+        )
+        self.sequence = prometheus_client.Gauge(
+            "countersign_registry_sequence", "Statements in the registry log", registry=registry
+        )
+        self.watchers = prometheus_client.Gauge(
+            "countersign_coordinator_watchers", "Open watch streams", registry=registry
+        )
+
+
+class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
+    def __init__(
+        self, key: PublicKey, store: LogStore, heartbeat_ms: int, metrics: CoordinatorMetrics, *, require_operator: bool
+    ) -> None:
+        self._store = store
+        self._heartbeat_ms = heartbeat_ms
+        self._metrics = metrics
+        self._require_operator = require_operator
+        self._changed = threading.Condition()
+        self._closing = threading.Event()
+        self._log = AdmissionLog(key)
+        try:
+            self._log.extend([SignedStatement.from_bytes(b) for b in store.load()])
+        except (AdmissionError, MalformedError) as exc:
+            raise ConfigError(f"stored registry log does not verify under the operator key: {exc}") from None
+        metrics.sequence.set(self._log.head_sequence)
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._changed:
+            self._changed.notify_all()
+
+    @servicer_edge
+    def Submit(
+        self, request: coordinator_pb2.SubmitRequest, context: grpc.ServicerContext
+    ) -> coordinator_pb2.SubmitResponse:
+        if self._require_operator:
+            identity = peer_identity(context)
+            if identity is None or identity.role != "operator":
+                raise ServiceError(
+                    "NOT_AUTHORISED", "only the operator submits statements", grpc.StatusCode.PERMISSION_DENIED
+                )
+        try:
+            signed = SignedStatement.from_bytes(request.statement)
+        except MalformedError as exc:
+            self._metrics.submissions.labels("malformed").inc()
+            raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+        with self._changed:
+            try:
+                registry = self._log.prepare(signed)
+                self._store.append(signed.statement.sequence, signed.digest(), signed.to_bytes())
+            except AdmissionError as exc:
+                self._metrics.submissions.labels(exc.code.lower()).inc()
+                status = (
+                    grpc.StatusCode.PERMISSION_DENIED
+                    if exc.code == "BAD_STATEMENT_SIGNATURE"
+                    else (grpc.StatusCode.FAILED_PRECONDITION)
+                )
+                raise ServiceError(exc.code, str(exc), status) from None
+            except LogConflict as exc:
+                raise ServiceError("SEQUENCE_CONFLICT", str(exc), grpc.StatusCode.ABORTED) from None
+            self._log.commit(signed, registry)
+            self._changed.notify_all()
+            head, digest = self._log.head_sequence, self._log.head_digest or ""
+        self._metrics.submissions.labels("accepted").inc()
+        self._metrics.sequence.set(head)
+        log.info(
+            "statement appended",
+            extra={"sequence": signed.statement.sequence, "kind": signed.statement.kind.value,
+                   "deployer": signed.statement.deployer, "key_id": signed.statement.key_id},
+        )  # fmt: skip
+        return coordinator_pb2.SubmitResponse(sequence=signed.statement.sequence, head_digest=digest)
+
+    def _snapshot(self, start: int) -> tuple[list[bytes], int, str]:
+        with self._changed:
+            entries = self._log.entries[start : start + MAX_WATCH_BATCH]
+            return [e.to_bytes() for e in entries], self._log.head_sequence, self._log.head_digest or ""
+
+    @servicer_edge
+    def GetLog(
+        self, request: coordinator_pb2.GetLogRequest, context: grpc.ServicerContext
+    ) -> coordinator_pb2.GetLogResponse:
+        statements, head, digest = self._snapshot(request.from_sequence)
+        return coordinator_pb2.GetLogResponse(statements=statements, head_sequence=head, head_digest=digest)
+
+    def Watch(
+        self, request: coordinator_pb2.WatchRequest, context: grpc.ServicerContext
+    ) -> Iterator[coordinator_pb2.WatchEvent]:
+        """Backlog from ``from_sequence``, then each new statement at once, and a heartbeat when idle."""
+        interval = (request.heartbeat_ms or self._heartbeat_ms) / 1000
+        interval = min(max(interval, 0.05), 60.0)
+        position = request.from_sequence
+        self._metrics.watchers.inc()
+        try:
+            while context.is_active() and not self._closing.is_set():
+                statements, head, digest = self._snapshot(position)
+                for statement in statements:
+                    yield coordinator_pb2.WatchEvent(statement=statement)
+                position += len(statements)
+                if statements and position < head:
+                    continue
+                yield coordinator_pb2.WatchEvent(
+                    heartbeat=coordinator_pb2.Heartbeat(
+                        head_sequence=head, head_digest=digest, sent_ms=time.time_ns() // 1_000_000
+                    )
+                )
+                with self._changed:
+                    if self._log.head_sequence <= position and not self._closing.is_set():
+                        self._changed.wait(interval)
+        finally:
+            self._metrics.watchers.dec()
+
+
+class CoordinatorDaemon:
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.metrics_registry = prometheus_client.CollectorRegistry()
+        self.metrics = CoordinatorMetrics(self.metrics_registry)
+        self.store = open_log_store(config.log_store)
+        self.service = CoordinatorService(
+            parse_operator_key(config.operator_public_key),
+            self.store,
+            config.heartbeat_ms,
+            self.metrics,
+            require_operator=not config.tls.insecure_loopback,
+        )
+
+    def register(self, server: grpc.Server) -> Sequence[str]:
+        coordinator_pb2_grpc.add_CoordinatorServicer_to_server(self.service, server)
+        return [coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name]
+
+    def start(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.service.close()
+        self.store.close()

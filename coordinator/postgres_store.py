@@ -1,0 +1,88 @@
+"""The registry log in PostgreSQL, so a coordinator can restart on another host without losing statements.
+
+``postgresql://user@host/db?schema=name`` (the schema is created if missing). One table, appended
+inside a transaction; the primary key on ``sequence`` makes a racing second coordinator fail with
+:class:`coordinator.store.LogConflict` rather than fork the log.
+"""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from coordinator.store import LogConflict
+from countersign.errors import StateUnavailable
+from countersign.service.config import ConfigError
+
+
+class PostgresLogStore:
+    def __init__(self, url: str, *, connect_timeout_s: int = 5) -> None:
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        self._schema = query.pop("schema", "public")
+        self._url = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query)))
+        self._timeout = connect_timeout_s
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        try:
+            conn = self._connection()
+            with conn.transaction():
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
+                conn.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {}.registry_log"
+                        " (sequence BIGINT PRIMARY KEY, digest TEXT NOT NULL, statement BYTEA NOT NULL)"
+                    ).format(sql.Identifier(self._schema))
+                )
+        except StateUnavailable as exc:
+            raise ConfigError(f"cannot open the registry log in PostgreSQL: {exc}") from None
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed:
+            try:
+                self._conn = psycopg.connect(self._url, connect_timeout=self._timeout, autocommit=True)
+            except psycopg.Error as exc:
+                raise StateUnavailable(f"PostgreSQL unreachable: {exc}") from None
+        return self._conn
+
+    def load(self) -> list[bytes]:
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    rows = conn.execute(
+                        sql.SQL("SELECT sequence, statement FROM {}.registry_log ORDER BY sequence").format(
+                            sql.Identifier(self._schema)
+                        )
+                    ).fetchall()
+            except psycopg.Error as exc:
+                raise ConfigError(f"cannot read the registry log: {exc}") from None
+        for expected, (sequence, _) in enumerate(rows):
+            if sequence != expected:
+                raise ConfigError(f"registry log has a gap at sequence {expected}")
+        return [bytes(statement) for _, statement in rows]  # type: ignore[call-overload]
+
+    def append(self, sequence: int, digest: str, statement: bytes) -> None:
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    conn.execute(
+                        sql.SQL("INSERT INTO {}.registry_log (sequence, digest, statement) VALUES (%s, %s, %s)").format(
+                            sql.Identifier(self._schema)
+                        ),
+                        (sequence, digest, statement),
+                    )
+            except psycopg.errors.UniqueViolation:
+                raise LogConflict(f"sequence {sequence} is already stored") from None
+            except psycopg.Error as exc:
+                self._conn = None
+                raise StateUnavailable(f"PostgreSQL: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()

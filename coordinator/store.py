@@ -1,0 +1,80 @@
+"""Durable storage of the registry log: an append-only table of signed statements.
+
+``sqlite:///path`` (default) or ``postgresql://…`` (so a coordinator can restart on another host).
+The store only keeps bytes in order; every statement is re-verified when the log is loaded.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from countersign.service.config import ConfigError
+
+
+class LogConflict(Exception):
+    """Another statement already holds this sequence number."""
+
+
+class LogStore(Protocol):
+    def load(self) -> list[bytes]:
+        """Every stored statement, in sequence order."""
+        ...
+
+    def append(self, sequence: int, digest: str, statement: bytes) -> None:
+        """Store one statement durably. Raises LogConflict if ``sequence`` is taken."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SqliteLogStore:
+    def __init__(self, path: str) -> None:
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS registry_log"
+                " (sequence INTEGER PRIMARY KEY, digest TEXT NOT NULL, statement BLOB NOT NULL)"
+            )
+        except sqlite3.Error as exc:
+            raise ConfigError(f"cannot open registry log {path}: {exc}") from None
+
+    def load(self) -> list[bytes]:
+        with self._lock:
+            rows = self._db.execute("SELECT sequence, statement FROM registry_log ORDER BY sequence").fetchall()
+        for expected, (sequence, _) in enumerate(rows):
+            if sequence != expected:
+                raise ConfigError(f"registry log has a gap at sequence {expected}")
+        return [bytes(statement) for _, statement in rows]
+
+    def append(self, sequence: int, digest: str, statement: bytes) -> None:
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT INTO registry_log (sequence, digest, statement) VALUES (?, ?, ?)",
+                    (sequence, digest, statement),
+                )
+            except sqlite3.IntegrityError:
+                raise LogConflict(f"sequence {sequence} is already stored") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def open_log_store(url: str) -> LogStore:
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        if parts.netloc or not parts.path:
+            raise ConfigError(f"log_store must look like sqlite:///path/registry.db, got {url!r}")
+        return SqliteLogStore(parts.path)
+    if parts.scheme in ("postgresql", "postgres"):
+        from coordinator.postgres_store import PostgresLogStore
+
+        return PostgresLogStore(url)
+    raise ConfigError(f"unknown log_store scheme {parts.scheme!r}; use sqlite:/// or postgresql://")

@@ -1,0 +1,1 @@
+"""Generated gRPC code (private). Regenerate with `make proto`."""

@@ -1,0 +1,270 @@
+"""Commands that run or talk to the daemons: serve, pki, operator, public-key, registry export."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from countersign.admission import StatementKind
+from countersign.canonical import b64url_encode
+from countersign.cli.main import EXIT_OK, UsageError
+from countersign.errors import CountersignError, SignerError
+from countersign.keys import Ed25519Signer
+from countersign.service.config import ConfigError, TlsConfig, load_config
+from countersign.service.tls import (
+    PeerIdentity,
+    coordinator_dns,
+    create_ca,
+    issue_certificate,
+    signer_dns,
+    verifier_dns,
+)
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for daemon in ("coordinator", "signer", "verifier"):
+        group = commands.add_parser(daemon, help=f"the {daemon} daemon")
+        actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+        serve = actions.add_parser("serve", help=f"run the {daemon} (config file plus COUNTERSIGN_* environment)")
+        serve.add_argument("--config", help="TOML configuration file")
+        serve.set_defaults(handler=cmd_serve, daemon=daemon)
+
+    pki = commands.add_parser("pki", help="a development PKI for mTLS between the daemons")
+    pki_actions = pki.add_subparsers(dest="action", required=True, metavar="ACTION")
+    init = pki_actions.add_parser("init", help="create a development CA (ca.pem, ca.key)")
+    init.add_argument("--out", required=True)
+    init.set_defaults(handler=cmd_pki_init)
+    issue = pki_actions.add_parser("issue", help="issue a certificate for one daemon or client")
+    issue.add_argument("--ca", required=True, help="directory holding ca.pem and ca.key")
+    issue.add_argument("--out", required=True)
+    issue.add_argument("--name", required=True, help="file stem of the certificate and key")
+    issue.add_argument(
+        "--role", required=True, choices=["signer", "runtime", "coordinator", "verifier", "client", "operator"]
+    )
+    issue.add_argument("--deployer", help="deployer id (signer and runtime roles)")
+    issue.add_argument("--ip", action="append", default=[], help="extra IP address SAN (repeatable)")
+    issue.set_defaults(handler=cmd_pki_issue)
+
+    public = commands.add_parser("public-key", help="print a signing key's key_id and public key (file: or awskms:)")
+    public.add_argument("--key", required=True, help="key URI or key file")
+    public.set_defaults(handler=cmd_public_key)
+
+    operator = commands.add_parser("operator", help="the operator's admission statements (signed offline)")
+    op_actions = operator.add_subparsers(dest="action", required=True, metavar="ACTION")
+    op_init = op_actions.add_parser("init", help="create the operator key (0600) and print its public key")
+    op_init.add_argument("--out", required=True)
+    op_init.set_defaults(handler=cmd_operator_init)
+    for action, kind in (
+        ("enrol", StatementKind.ENROL_DEPLOYER),
+        ("add-key", StatementKind.ADD_KEY),
+        ("retire-key", StatementKind.RETIRE_KEY),
+        ("revoke-key", StatementKind.REVOKE_KEY),
+    ):
+        sub = op_actions.add_parser(action, help=f"sign and submit a {kind.value} statement")
+        sub.add_argument("--key", required=True, help="the operator key file")
+        sub.add_argument("--deployer", required=True)
+        if kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
+            sub.add_argument("--public-key", required=True, help="the deployer key's public key (base64url)")
+        else:
+            sub.add_argument("--key-id", required=True)
+        if kind is not StatementKind.REVOKE_KEY:
+            sub.add_argument("--at-ms", type=int, help="valid from (enrol, add-key) or retired at (retire-key)")
+        sub.add_argument("--note", help="free text recorded in the statement")
+        add_client_arguments(sub, "--coordinator")
+        sub.set_defaults(handler=cmd_operator_statement, kind=kind)
+
+    registry = commands.add_parser("registry", help="the admission registry")
+    reg_actions = registry.add_subparsers(dest="action", required=True, metavar="ACTION")
+    export = reg_actions.add_parser("export", help="fetch, verify and write the log and the folded registry.json")
+    export.add_argument("--operator-public-key", required=True)
+    export.add_argument("--out", required=True, help="directory for registry-log.json and registry.json")
+    add_client_arguments(export, "--coordinator")
+    export.set_defaults(handler=cmd_registry_export)
+
+
+def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str) -> None:
+    parser.add_argument(address_flag, required=True, help="host:port")
+    parser.add_argument("--ca", default="", help="CA certificate (mTLS)")
+    parser.add_argument("--cert", default="", help="client certificate (mTLS)")
+    parser.add_argument("--tls-key", default="", help="client private key (mTLS)")
+    parser.add_argument("--insecure-loopback", action="store_true", help="plaintext, loopback only")
+
+
+def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
+    from countersign.service.config import require_loopback
+
+    tls = TlsConfig(ca=args.ca, cert=args.cert, key=args.tls_key, insecure_loopback=args.insecure_loopback)
+    try:
+        tls.validate("client")
+        require_loopback(tls, {"address": address})
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return tls
+
+
+# --- serve -------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from countersign.service.server import run_daemon
+
+    daemon: Any
+    try:
+        if args.daemon == "coordinator":
+            from coordinator.daemon import CoordinatorConfig, CoordinatorDaemon
+
+            config: Any = load_config(CoordinatorConfig, args.config)
+            daemon = CoordinatorDaemon(config)
+        elif args.daemon == "signer":
+            from signer.daemon import SignerConfig, SignerDaemon
+
+            config = load_config(SignerConfig, args.config)
+            daemon = SignerDaemon(config)
+        else:
+            from verifier.daemon import VerifierConfig, VerifierDaemon
+
+            config = load_config(VerifierConfig, args.config)
+            daemon = VerifierDaemon(config)
+        return run_daemon(
+            args.daemon,
+            daemon,
+            listen=config.listen,
+            tls=config.tls,
+            metrics_listen=config.metrics_listen,
+            metrics_registry=daemon.metrics_registry,
+            ready_file=config.ready_file,
+            log_level=config.log_level,
+            max_workers=getattr(config, "max_workers", 16),
+        )
+    except (ConfigError, SignerError) as exc:
+        raise UsageError(f"bad configuration: {exc}") from None
+
+
+# --- pki ---------------------------------------------------------------------------------------
+
+
+def cmd_pki_init(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if (out / "ca.key").exists():
+        raise UsageError(f"{out / 'ca.key'} exists; refusing to overwrite a CA")
+    create_ca(out)
+    print(json.dumps({"ca": str(out / "ca.pem")}))
+    return EXIT_OK
+
+
+def identity_for(role: str, deployer: str | None, name: str) -> tuple[PeerIdentity, list[str]]:
+    """The certificate identity and server DNS names for a role."""
+    if role in ("signer", "runtime"):
+        if not deployer:
+            raise UsageError(f"--deployer is required for the {role} role")
+        return PeerIdentity(role, deployer=deployer), [signer_dns(deployer)] if role == "signer" else []
+    if role == "coordinator":
+        return PeerIdentity("coordinator"), [coordinator_dns()]
+    if role == "verifier":
+        return PeerIdentity("verifier", name=name), [verifier_dns()]
+    if role == "operator":
+        return PeerIdentity("operator"), []
+    return PeerIdentity("client", name=name), []
+
+
+def cmd_pki_issue(args: argparse.Namespace) -> int:
+    identity, dns = identity_for(args.role, args.deployer, args.name)
+    try:
+        cert, key = issue_certificate(Path(args.ca), Path(args.out), args.name, identity, dns=dns, ips=args.ip)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot issue certificate: {exc}") from None
+    print(json.dumps({"cert": str(cert), "key": str(key), "identity": identity.uri, "dns": dns}))
+    return EXIT_OK
+
+
+# --- keys and the operator ---------------------------------------------------------------------
+
+
+def cmd_public_key(args: argparse.Namespace) -> int:
+    from signer.backends import load_signer
+
+    try:
+        signer = load_signer(args.key)
+    except SignerError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps({"key_id": signer.key_id, "public_key": b64url_encode(signer.public_key)}))
+    return EXIT_OK
+
+
+def cmd_operator_init(args: argparse.Namespace) -> int:
+    from signer.backends.file import write_key_file
+
+    key = Ed25519Signer.generate()
+    try:
+        write_key_file(args.out, key)
+    except FileExistsError:
+        raise UsageError(f"{args.out} exists; refusing to overwrite the operator key") from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {args.out}: {exc.strerror}") from None
+    print(json.dumps({"key_id": key.key_id, "public_key": b64url_encode(key.public_key)}))
+    return EXIT_OK
+
+
+def cmd_operator_statement(args: argparse.Namespace) -> int:
+    from countersign.canonical import b64url_decode
+    from countersign.keys import PUBLIC_KEY_LENGTH, key_id_for
+    from countersign.service.clients import OperatorClient
+    from signer.backends import load_signer
+
+    try:
+        operator = load_signer(args.key)
+    except SignerError as exc:
+        raise UsageError(str(exc)) from None
+    public_key = getattr(args, "public_key", None)
+    if public_key is not None:
+        try:
+            key_id = key_id_for(b64url_decode(public_key, PUBLIC_KEY_LENGTH))
+        except ValueError as exc:
+            raise UsageError(f"--public-key: {exc}") from None
+    else:
+        key_id = args.key_id
+    at_ms = getattr(args, "at_ms", None)
+    if at_ms is None and args.kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
+        at_ms = 0
+    if at_ms is None and args.kind is StatementKind.RETIRE_KEY:
+        raise UsageError("--at-ms is required for retire-key")
+    client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), operator)
+    try:
+        signed = client.submit(args.kind, args.deployer, key_id, public_key=public_key, at_ms=at_ms, note=args.note)
+    except CountersignError as exc:
+        raise UsageError(f"coordinator refused: {getattr(exc, 'code', '')} {exc}") from None
+    finally:
+        client.close()
+    print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest(), "kind": args.kind.value}))
+    return EXIT_OK
+
+
+def cmd_registry_export(args: argparse.Namespace) -> int:
+    from countersign.admission import AdmissionLog, SignedStatement
+    from countersign.service.clients import coordinator_log
+    from countersign.service.config import parse_operator_key
+
+    try:
+        operator = parse_operator_key(args.operator_public_key)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    statements = coordinator_log(args.coordinator, client_tls(args, args.coordinator))
+    copy = AdmissionLog(operator)
+    try:
+        copy.extend([SignedStatement.from_bytes(s) for s in statements])
+    except CountersignError as exc:
+        raise UsageError(f"the served log does not verify: {exc}") from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "registry-log.json").write_text(
+        json.dumps(
+            {"operator_public_key": args.operator_public_key, "statements": [s.to_json() for s in copy.entries]},
+            indent=2,
+        )
+        + "\n"
+    )
+    (out / "registry.json").write_text(json.dumps(copy.registry.to_json(), indent=2) + "\n")
+    print(json.dumps({"statements": copy.head_sequence, "out": str(out)}))
+    return EXIT_OK

@@ -1,0 +1,194 @@
+"""Clients of the three services, shared by the command line, the demo, the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from countersign._proto.v1 import (
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+    signer_pb2,
+    signer_pb2_grpc,
+    verifier_pb2,
+    verifier_pb2_grpc,
+)
+from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
+from countersign.keys import PublicKey, Signer
+from countersign.reasons import Reason, Verdict, VerificationResult
+from countersign.records import Path
+from countersign.service.config import TlsConfig
+from countersign.service.errors import from_rpc_error
+from countersign.service.tls import coordinator_dns, open_channel, signer_dns, verifier_dns
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def coordinator_log(address: str, tls: TlsConfig) -> list[bytes]:
+    """Every statement the coordinator serves, unverified (the caller verifies)."""
+    channel = open_channel(address, tls, coordinator_dns())
+    try:
+        stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+        statements: list[bytes] = []
+        while True:
+            try:
+                response = stub.GetLog(coordinator_pb2.GetLogRequest(from_sequence=len(statements)), timeout=10)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+            statements += list(response.statements)
+            if not response.statements or len(statements) >= response.head_sequence:
+                return statements
+    finally:
+        channel.close()
+
+
+class OperatorClient:
+    """The operator's side: fetch and verify the log, sign the next statement offline-style, submit it."""
+
+    def __init__(self, address: str, tls: TlsConfig, operator: Signer) -> None:
+        self._channel = open_channel(address, tls, coordinator_dns())
+        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        self._operator = operator
+
+    def log(self) -> AdmissionLog:
+        """The whole served log, verified against the operator's own key."""
+        copy = AdmissionLog(PublicKey(self._operator.public_key))
+        start = 0
+        while True:
+            response = self._stub.GetLog(coordinator_pb2.GetLogRequest(from_sequence=start), timeout=10)
+            copy.extend([SignedStatement.from_bytes(s) for s in response.statements])
+            copy.check_head(response.head_sequence, response.head_digest or None)
+            if copy.head_sequence >= response.head_sequence:
+                return copy
+            start = copy.head_sequence
+
+    def submit(
+        self,
+        kind: StatementKind,
+        deployer: str,
+        key_id: str,
+        *,
+        public_key: str | None = None,
+        at_ms: int | None = None,
+        note: str | None = None,
+    ) -> SignedStatement:
+        """Sign the next statement and submit it. Raises ServiceError if the coordinator refuses."""
+        statement = self.log().next_statement(
+            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note
+        )
+        signed = sign_statement(statement, self._operator)
+        try:
+            self._stub.Submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return signed
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+@dataclass
+class VerifierClient:
+    address: str
+    tls: TlsConfig
+
+    def __post_init__(self) -> None:
+        self._channel = open_channel(self.address, self.tls, verifier_dns())
+        self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
+
+    def verify(
+        self, path: bytes, output: bytes, *, audit: bool = False, timeout_s: float = 10.0
+    ) -> tuple[VerificationResult, int]:
+        """The verdict and the registry sequence it was reached at. Raises ServiceError on failure."""
+        mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
+        try:
+            response = self._stub.VerifyPath(
+                verifier_pb2.VerifyPathRequest(path=path, output=output, mode=mode), timeout=timeout_s
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        verdict = response.verdict
+        if verdict.verdict == verdict.ACCEPT:
+            return VerificationResult.accept(), response.registry_sequence
+        return (
+            VerificationResult(
+                Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail
+            ),
+            response.registry_sequence,
+        )
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+@dataclass
+class SignerClient:
+    """A deployer's runtime talking to its own signer."""
+
+    address: str
+    tls: TlsConfig
+    deployer: str
+
+    def __post_init__(self) -> None:
+        self._channel = open_channel(self.address, self.tls, signer_dns(self.deployer))
+        self.stub = signer_pb2_grpc.SignerStub(self._channel)
+
+    def _call(self, method: str, request: object, timeout_s: float = 10.0) -> object:
+        try:
+            return getattr(self.stub, method)(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def root(self, instance: str, system: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
+        agent = signer_pb2.AgentFields(
+            instance=instance, system=system, ttl_ms=ttl_ms, max_children=max_children
+        )
+        response = self._call("IssueRoot", signer_pb2.IssueRootRequest(agent=agent))
+        return Path.from_bytes(response.path)  # type: ignore[attr-defined]
+
+    def receipt(
+        self, parent: Path, output_sha256: bytes, *, session: str = "", binding_scope: str = "per_turn"
+    ) -> Path:
+        request = signer_pb2.IssueReceiptRequest(
+            parent_path=parent.to_bytes(), output_sha256=output_sha256, binding_scope=binding_scope, session=session
+        )
+        return Path.from_bytes(self._call("IssueReceipt", request).path)  # type: ignore[attr-defined]
+
+    def local_child(self, parent: Path, instance: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
+        agent = signer_pb2.AgentFields(instance=instance, ttl_ms=ttl_ms, max_children=max_children)
+        request = signer_pb2.IssueLocalChildRequest(parent_path=parent.to_bytes(), agent=agent)
+        return Path.from_bytes(self._call("IssueLocalChild", request).path)  # type: ignore[attr-defined]
+
+    def open_grant(self, parent: Path, child_deployer: str, *, ttl_ms: int = 60_000) -> signer_pb2.OpenGrantResponse:
+        request = signer_pb2.OpenGrantRequest(
+            parent_path=parent.to_bytes(), child_deployer=child_deployer, ttl_ms=ttl_ms
+        )
+        return self._call("OpenGrant", request)  # type: ignore[return-value]
+
+    def accept(
+        self,
+        parent: Path,
+        grant: signer_pb2.OpenGrantResponse,
+        parent_signer: str,
+        instance: str,
+        *,
+        ttl_ms: int = 3_600_000,
+        max_children: int = 8,
+        timeout_s: float = 10.0,
+    ) -> Path:
+        agent = signer_pb2.AgentFields(instance=instance, ttl_ms=ttl_ms, max_children=max_children)
+        request = signer_pb2.AcceptDelegationRequest(
+            parent_path=parent.to_bytes(),
+            grant_id=grant.grant_id,
+            parent_key_id=grant.parent_key_id,
+            parent_signer=parent_signer,
+            agent=agent,
+        )
+        return Path.from_bytes(self._call("AcceptDelegation", request, timeout_s).path)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._channel.close()

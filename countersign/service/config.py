@@ -1,0 +1,197 @@
+"""Daemon configuration: a TOML file, then ``COUNTERSIGN_*`` environment overrides, then validation.
+
+A field ``store_url`` is overridden by ``COUNTERSIGN_STORE_URL``; a field of the ``[tls]`` table by
+``COUNTERSIGN_TLS_CERT`` and so on. Unknown keys, wrong types and missing required values are errors
+with a message that names the key, never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from countersign.errors import CountersignError
+
+ENV_PREFIX = "COUNTERSIGN_"
+MISSING = object()
+
+
+class ConfigError(CountersignError, ValueError):
+    """Bad configuration: the daemon refuses to start and says why."""
+
+
+@dataclasses.dataclass
+class TlsConfig:
+    """mTLS material, as file paths (``ca``, ``cert``, ``key``) or inline PEM (``ca_pem``, ``cert_pem``,
+    ``key_pem``, e.g. from a secrets manager through the environment). ``insecure_loopback`` turns TLS
+    off and is refused unless every address is loopback."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    ca_pem: str = ""
+    cert_pem: str = ""
+    key_pem: str = ""
+    insecure_loopback: bool = False
+
+    def validate(self, where: str) -> None:
+        if self.insecure_loopback:
+            return
+        for name in ("ca", "cert", "key"):
+            if getattr(self, name + "_pem"):
+                continue
+            location = getattr(self, name)
+            if not location:
+                raise ConfigError(f"{where}: tls.{name} (or tls.{name}_pem) is required, or tls.insecure_loopback")
+            if not Path(location).is_file():
+                raise ConfigError(f"{where}: tls.{name} {location} is not a readable file")
+
+    def material(self, name: str) -> bytes:
+        """The PEM bytes of ``ca``, ``cert`` or ``key``. Raises ConfigError if unreadable."""
+        inline = getattr(self, name + "_pem")
+        if inline:
+            return str(inline).encode()
+        location = getattr(self, name)
+        try:
+            return Path(location).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read tls.{name} {location}: {exc.strerror}") from None
+
+
+T = TypeVar("T")
+
+
+def load_config(cls: type[T], path: str | None, environ: Mapping[str, str] | None = None) -> T:
+    """Build ``cls`` (a dataclass) from the TOML file at ``path`` and the environment. Raises ConfigError."""
+    raw: dict[str, Any] = {}
+    if path:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+    env = os.environ if environ is None else environ
+    config = _build(cls, raw, env, prefix=ENV_PREFIX, where=path or "environment")
+    validate = getattr(config, "validate", None)
+    if validate is not None:
+        validate()
+    return config
+
+
+def _build(cls: type[T], raw: dict[str, Any], env: Mapping[str, str], prefix: str, where: str) -> T:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kind = hints[item.name]
+        env_name = prefix + item.name.upper()
+        if dataclasses.is_dataclass(kind):
+            section = raw.get(item.name, {})
+            if not isinstance(section, dict):
+                raise ConfigError(f"{where}: [{item.name}] must be a table")
+            values[item.name] = _build(typing.cast(type, kind), section, env, prefix=env_name + "_", where=where)
+            continue
+        if env_name in env:
+            values[item.name] = _from_text(env[env_name], kind, env_name)
+        elif item.name in raw:
+            values[item.name] = _typed(raw[item.name], kind, f"{where}: {item.name}")
+        elif item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where}: {item.name} is required (or set {env_name})")
+    return cls(**values)
+
+
+def _typed(value: Any, kind: Any, what: str) -> Any:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = [k for k in typing.get_args(kind) if k is not type(None)]
+        if value is None:
+            return None
+        return _typed(value, options[0], what)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise ConfigError(f"{what} must be a list")
+        return [_typed(v, item, what) for v in value]
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{what} must be true or false")
+        return value
+    if kind is int:
+        if type(value) is not int:
+            raise ConfigError(f"{what} must be an integer")
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{what} must be a string")
+        return value
+    raise ConfigError(f"{what}: unsupported setting type {kind}")
+
+
+def _from_text(text: str, kind: Any, what: str) -> Any:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = [k for k in typing.get_args(kind) if k is not type(None)]
+        return None if text == "" else _from_text(text, options[0], what)
+    if origin is list:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"{what} must be true or false")
+        return text.lower() in ("true", "1", "yes")
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{what} must be an integer") from None
+    return text
+
+
+def parse_operator_key(encoded: str) -> Any:
+    """The pinned operator public key (base64url of 32 bytes). Raises ConfigError."""
+    from countersign.canonical import b64url_decode
+    from countersign.keys import PUBLIC_KEY_LENGTH, PublicKey
+
+    try:
+        return PublicKey(b64url_decode(encoded, PUBLIC_KEY_LENGTH))
+    except ValueError as exc:
+        raise ConfigError(f"operator_public_key is not a base64url Ed25519 public key: {exc}") from None
+
+
+def parse_address(address: str, what: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets). Raises ConfigError."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise ConfigError(f"{what} must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_loopback(tls: TlsConfig, addresses: dict[str, str]) -> None:
+    """Plaintext is allowed only when explicitly asked for and every address is loopback."""
+    if not tls.insecure_loopback:
+        return
+    for what, address in addresses.items():
+        if not address:
+            continue
+        host, _ = parse_address(address, what)
+        if not is_loopback(host):
+            raise ConfigError(f"tls.insecure_loopback is only allowed on loopback; {what} is {address}")

@@ -1,0 +1,109 @@
+"""Typed errors across gRPC: a status code plus ``google.rpc.ErrorInfo`` naming the reason.
+
+Domain exceptions become statuses only here, at the servicer edge; clients turn them back into
+:class:`ServiceError` with :func:`from_rpc_error`. An unexpected exception is a bug: it is logged with
+its traceback and answered with INTERNAL, never dressed up as a verdict.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from countersign.errors import CountersignError, MalformedError, SignerError, StateUnavailable
+
+DOMAIN = "countersign.dev"
+log = logging.getLogger("countersign.service")
+
+
+class ServiceError(CountersignError):
+    """An error with a code from the API's error list (proto/countersign/v1/common.proto)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
+        *,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.retryable = retryable
+
+    def __repr__(self) -> str:
+        return f"ServiceError({self.code}: {self})"
+
+
+def abort(context: grpc.ServicerContext, error: ServiceError) -> NoReturn:
+    info = error_details_pb2.ErrorInfo(
+        reason=error.code, domain=DOMAIN, metadata={"retryable": "true" if error.retryable else "false"}
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(code=error.status.value[0], message=str(error), details=[detail])
+    context.abort_with_status(rpc_status.to_status(status))
+    raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+def to_service_error(exc: Exception) -> ServiceError | None:
+    """The typed error for a known exception; None for an unexpected one (a bug)."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, StateUnavailable):
+        return ServiceError("STATE_UNAVAILABLE", str(exc), grpc.StatusCode.UNAVAILABLE, retryable=True)
+    if isinstance(exc, SignerError):
+        retryable = bool(getattr(exc, "retryable", False))
+        status = grpc.StatusCode.UNAVAILABLE if retryable else grpc.StatusCode.FAILED_PRECONDITION
+        return ServiceError("SIGNER_UNAVAILABLE", str(exc), status, retryable=retryable)
+    if isinstance(exc, MalformedError):
+        return ServiceError("INVALID_ARGUMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT)
+    return None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def servicer_edge(method: F) -> F:
+    """Wrap a servicer method: typed errors become statuses; anything else is INTERNAL and logged."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            if isinstance(exc, grpc.RpcError) and not isinstance(exc, CountersignError):
+                raise
+            error = to_service_error(exc)
+            if error is None:
+                log.exception("internal error in %s", method.__name__)
+                error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
+            abort(context, error)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
+    """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE)."""
+    status = rpc_status.from_call(exc)
+    code = exc.code()
+    if status is not None:
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
+                return ServiceError(
+                    info.reason, status.message, code, retryable=info.metadata.get("retryable") == "true"
+                )
+    transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    reason = {grpc.StatusCode.UNAVAILABLE: "UNAVAILABLE", grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED"}.get(
+        code, code.name
+    )
+    return ServiceError(reason, exc.details() or code.name, code, retryable=transient)

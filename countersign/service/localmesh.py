@@ -1,0 +1,305 @@
+"""A whole mesh on one machine, as real processes: the demo, the integration tests, the benchmarks and
+the three-zone harness all start it the same way.
+
+It writes a development PKI, the operator key, one key per deployer and a TOML file per daemon into a
+work directory, starts each daemon as ``python -m countersign <daemon> serve --config …``, waits for
+its ready file (daemons bind port 0 and publish the port), and enrols the deployers through operator
+statements. ``launcher`` wraps each command (the zone harness prefixes ``ip netns exec <zone>``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from countersign.admission import StatementKind
+from countersign.canonical import b64url_encode
+from countersign.keys import Ed25519Signer
+from countersign.service.clients import OperatorClient, SignerClient, VerifierClient
+from countersign.service.config import TlsConfig
+from countersign.service.tls import (
+    PeerIdentity,
+    coordinator_dns,
+    create_ca,
+    issue_certificate,
+    signer_dns,
+    verifier_dns,
+)
+
+DEFAULT_DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
+
+
+class MeshError(RuntimeError):
+    """A daemon did not start, or died."""
+
+
+@dataclass
+class Daemon:
+    name: str
+    kind: str
+    config: Path
+    ready_file: Path
+    log_file: Path
+    host: str
+    port: int = 0
+    metrics_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def write_toml(path: Path, body: Mapping[str, Any]) -> None:
+    lines = [f"{k} = {_toml(v)}" for k, v in body.items() if not isinstance(v, dict)]
+    for section, values in body.items():
+        if isinstance(values, dict):
+            lines += ["", f"[{section}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class LocalMesh:
+    workdir: Path
+    deployers: Sequence[str] = DEFAULT_DEPLOYERS
+    verifiers: int = 1
+    tls: bool = True
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    verifier_store_url: str | None = None
+    allowed_children: Mapping[str, Sequence[str]] | None = None
+    staleness_ms: int = 30_000
+    heartbeat_ms: int = 1_000
+    cosign_timeout_ms: int = 2_000
+    launcher: Callable[[str, list[str]], list[str]] = field(default=lambda name, argv: argv)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    daemons: dict[str, Daemon] = field(default_factory=dict, init=False)
+
+    # --- set-up ----------------------------------------------------------------------------------
+
+    def setup(self) -> LocalMesh:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for sub in ("pki", "keys", "config", "state", "logs"):
+            (self.workdir / sub).mkdir(exist_ok=True)
+        self.operator = Ed25519Signer.generate()
+        self._write_key(self.workdir / "keys" / "operator.jwk", self.operator)
+        self.deployer_keys = {d: Ed25519Signer.generate() for d in self.deployers}
+        for deployer, key in self.deployer_keys.items():
+            self._write_key(self.workdir / "keys" / f"{deployer}.jwk", key)
+        if self.tls:
+            create_ca(self.workdir / "pki")
+            self._certificate("coordinator", PeerIdentity("coordinator"), [coordinator_dns()])
+            self._certificate("operator", PeerIdentity("operator"), [])
+            self._certificate("client", PeerIdentity("client", name="demo"), [])
+            for deployer in self.deployers:
+                self._certificate(
+                    f"{deployer}-signer", PeerIdentity("signer", deployer=deployer), [signer_dns(deployer)]
+                )
+                self._certificate(f"{deployer}-runtime", PeerIdentity("runtime", deployer=deployer), [])
+            for index in range(self.verifiers):
+                self._certificate(f"verifier-{index}", PeerIdentity("verifier", name=f"v{index}"), [verifier_dns()])
+        self._configure(
+            "coordinator",
+            "coordinator",
+            {"log_store": self._sqlite("coordinator.db"), "heartbeat_ms": self.heartbeat_ms},
+        )
+        for deployer in self.deployers:
+            allowed = (self.allowed_children or {}).get(deployer, [d for d in self.deployers if d != deployer])
+            self._configure(
+                deployer,
+                "signer",
+                {
+                    "deployer": deployer,
+                    "signer_key": f"file:{self.workdir / 'keys' / f'{deployer}.jwk'}",
+                    "state_url": self._sqlite(f"{deployer}-signer.db"),
+                    "allowed_children": list(allowed),
+                    "cosign_timeout_ms": self.cosign_timeout_ms,
+                    "registry_cache": str(self.workdir / "state" / f"{deployer}-registry.json"),
+                    "staleness_ms": self.staleness_ms,
+                    "heartbeat_ms": self.heartbeat_ms,
+                },
+                tls_name=f"{deployer}-signer",
+            )
+        for index in range(self.verifiers):
+            self._configure(
+                f"verifier-{index}",
+                "verifier",
+                {
+                    "store_url": self.verifier_store_url or self._sqlite(f"verifier-{index}.db"),
+                    "registry_cache": str(self.workdir / "state" / f"verifier-{index}-registry.json"),
+                    "staleness_ms": self.staleness_ms,
+                    "heartbeat_ms": self.heartbeat_ms,
+                },
+            )
+        return self
+
+    def _write_key(self, path: Path, key: Ed25519Signer) -> None:
+        from signer.backends.file import write_key_file
+
+        if path.exists():
+            path.unlink()
+        write_key_file(path, key)
+
+    def _certificate(self, name: str, identity: PeerIdentity, dns: list[str]) -> None:
+        issue_certificate(self.workdir / "pki", self.workdir / "pki", name, identity, dns=dns)
+
+    def _sqlite(self, name: str) -> str:
+        return f"sqlite:///{self.workdir / 'state' / name}"
+
+    def tls_for(self, name: str) -> TlsConfig:
+        if not self.tls:
+            return TlsConfig(insecure_loopback=True)
+        pki = self.workdir / "pki"
+        return TlsConfig(ca=str(pki / "ca.pem"), cert=str(pki / f"{name}.pem"), key=str(pki / f"{name}.key"))
+
+    def _configure(self, name: str, kind: str, body: dict[str, Any], *, tls_name: str | None = None) -> None:
+        host = self.hosts.get(name, "127.0.0.1")
+        tls = self.tls_for(tls_name or name)
+        settings: dict[str, Any] = {
+            "listen": f"{host}:0",
+            "metrics_listen": f"{host}:0",
+            "ready_file": str(self.workdir / "state" / f"{name}.ready"),
+            "operator_public_key": b64url_encode(self.operator.public_key),
+            **body,
+            "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key, "insecure_loopback": tls.insecure_loopback},
+        }
+        config = self.workdir / "config" / f"{name}.toml"
+        write_toml(config, settings)
+        self.daemons[name] = Daemon(
+            name, kind, config, Path(settings["ready_file"]), self.workdir / "logs" / f"{name}.log", host
+        )
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def start(self, name: str, *, timeout_s: float = 30.0) -> Daemon:
+        """Start (or restart on its previous port) one daemon and wait until it serves."""
+        daemon = self.daemons[name]
+        if daemon.alive:
+            return daemon
+        env = {**os.environ, **self.extra_env}
+        if daemon.kind != "coordinator":
+            env["COUNTERSIGN_COORDINATOR"] = self.daemons["coordinator"].address
+        if daemon.port:
+            env["COUNTERSIGN_LISTEN"] = daemon.address
+            env["COUNTERSIGN_METRICS_LISTEN"] = f"{daemon.host}:{daemon.metrics_port}"
+        daemon.ready_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "countersign", daemon.kind, "serve", "--config", str(daemon.config)]
+        log = daemon.log_file.open("ab")
+        daemon.process = subprocess.Popen(self.launcher(name, argv), stdout=log, stderr=log, env=env)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while not daemon.ready_file.exists():
+            if daemon.process.poll() is not None:
+                raise MeshError(f"{name} exited with {daemon.process.returncode}:\n{self.log_tail(name)}")
+            if time.monotonic() > deadline:
+                raise MeshError(f"{name} did not become ready in {timeout_s} s:\n{self.log_tail(name)}")
+            time.sleep(0.02)
+        ready = json.loads(daemon.ready_file.read_text())
+        daemon.port, daemon.metrics_port = ready["grpc_port"], ready["metrics_port"]
+        return daemon
+
+    def start_all(self) -> LocalMesh:
+        self.start("coordinator")
+        for deployer in self.deployers:
+            self.start(deployer)
+        for index in range(self.verifiers):
+            self.start(f"verifier-{index}")
+        return self
+
+    def stop(self, name: str, *, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> int | None:
+        daemon = self.daemons[name]
+        process = daemon.process
+        if process is None or process.poll() is not None:
+            return None if process is None else process.returncode
+        process.send_signal(sig)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+    def kill(self, name: str) -> None:
+        self.stop(name, sig=signal.SIGKILL)
+
+    def stop_all(self) -> dict[str, int | None]:
+        codes = {}
+        for name in reversed(list(self.daemons)):
+            codes[name] = self.stop(name)
+        return codes
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.daemons[name].log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # --- enrolment and clients -------------------------------------------------------------------
+
+    def operator_client(self) -> OperatorClient:
+        return OperatorClient(self.daemons["coordinator"].address, self.tls_for("operator"), self.operator)
+
+    def enrol_all(self, *, wait: bool = True) -> None:
+        client = self.operator_client()
+        try:
+            for deployer, key in self.deployer_keys.items():
+                client.submit(
+                    StatementKind.ENROL_DEPLOYER,
+                    deployer,
+                    key.key_id,
+                    public_key=b64url_encode(key.public_key),
+                    at_ms=0,
+                )
+        finally:
+            client.close()
+        if wait:
+            self.wait_for_registry(len(self.deployers))
+
+    def wait_for_registry(self, sequence: int, timeout_s: float = 15.0) -> None:
+        """Wait until every running signer and verifier has applied ``sequence`` statements."""
+        deadline = time.monotonic() + timeout_s
+        for name, daemon in self.daemons.items():
+            if daemon.kind == "coordinator" or not daemon.alive:
+                continue
+            cache = self.workdir / "state" / f"{name}-registry.json"
+            while True:
+                try:
+                    if len(json.loads(cache.read_text())["statements"]) >= sequence:
+                        break
+                except (OSError, ValueError, KeyError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise MeshError(f"{name} did not reach registry sequence {sequence}")
+                time.sleep(0.02)
+
+    def runtime(self, deployer: str) -> SignerClient:
+        return SignerClient(self.daemons[deployer].address, self.tls_for(f"{deployer}-runtime"), deployer)
+
+    def verifier_client(self, index: int = 0) -> VerifierClient:
+        return VerifierClient(self.daemons[f"verifier-{index}"].address, self.tls_for("client"))
+
+    def __enter__(self) -> LocalMesh:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()

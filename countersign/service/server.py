@@ -1,0 +1,125 @@
+"""gRPC servers with health and reflection, metrics endpoints, ready files and graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+import prometheus_client
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from countersign.service.config import ConfigError, TlsConfig, parse_address
+from countersign.service.logs import setup_logging
+from countersign.service.tls import CHANNEL_OPTIONS, server_credentials
+
+log = logging.getLogger("countersign.service")
+
+
+class Daemon(Protocol):
+    """What a daemon gives the shared runner."""
+
+    def register(self, server: grpc.Server) -> Sequence[str]:
+        """Add the servicers; return their full service names."""
+        ...
+
+    def start(self) -> None:
+        """Start background work (watch streams, collectors) after the server is up."""
+        ...
+
+    def close(self) -> None:
+        """Stop background work and release stores, after the server has drained."""
+        ...
+
+
+def create_server(
+    listen: str, tls: TlsConfig, register: Callable[[grpc.Server], Sequence[str]], *, max_workers: int = 16
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """Build and start a server bound to ``listen`` (port 0 picks a free port); return it with its port."""
+    parse_address(listen, "listen")
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
+    names = list(register(server))
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    try:
+        if tls.insecure_loopback:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, server_credentials(tls))
+    except RuntimeError as exc:
+        raise ConfigError(f"cannot listen on {listen}: {exc}") from None
+    if port == 0:
+        raise ConfigError(f"cannot listen on {listen}")
+    server.start()
+    for name in ("", *names):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
+
+
+def start_metrics(listen: str, registry: prometheus_client.CollectorRegistry) -> tuple[Any, int]:
+    host, port = parse_address(listen, "metrics_listen")
+    try:
+        httpd, _ = prometheus_client.start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {listen}: {exc.strerror}") from None
+    return httpd, int(httpd.server_port)
+
+
+def run_daemon(
+    name: str,
+    daemon: Daemon,
+    *,
+    listen: str,
+    tls: TlsConfig,
+    metrics_listen: str,
+    metrics_registry: prometheus_client.CollectorRegistry,
+    ready_file: str,
+    log_level: str,
+    grace_s: float = 5.0,
+    max_workers: int = 16,
+) -> int:
+    """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
+    setup_logging(name, log_level)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server, port, health_servicer = create_server(listen, tls, daemon.register, max_workers=max_workers)
+    httpd = None
+    metrics_port = 0
+    if metrics_listen:
+        httpd, metrics_port = start_metrics(metrics_listen, metrics_registry)
+    daemon.start()
+    if ready_file:
+        write_ready_file(ready_file, {"grpc_port": port, "metrics_port": metrics_port, "pid": os.getpid()})
+    log.info(
+        "serving",
+        extra={"listen": listen, "port": port, "metrics_port": metrics_port, "tls": not tls.insecure_loopback},
+    )
+    stop.wait()
+    log.info("stopping", extra={"grace_s": grace_s})
+    health_servicer.enter_graceful_shutdown()
+    server.stop(grace_s).wait()
+    daemon.close()
+    if httpd is not None:
+        httpd.shutdown()
+    log.info("stopped")
+    return 0
+
+
+def write_ready_file(location: str, body: dict[str, int]) -> None:
+    """Atomically publish the bound ports, so a supervisor never reads a half-written file."""
+    path = Path(location)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(body))
+    os.replace(temporary, path)

@@ -1,0 +1,562 @@
+"""The signer daemon: one per deployer, the only holder of the deployer's key.
+
+Its runtime asks it to sign root records, local children and output receipts, and to open grants
+for named child deployers. A child deployer's signer asks it to co-sign an edge manifest; it co-signs
+only an edge that spends an open grant of its own runtime and keeps its policy. When this signer is
+the child, it asks the parent's signer over mTLS and fails closed on refusal, timeout or outage,
+leaving no record behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+import grpc
+import prometheus_client
+
+from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
+from countersign.canonical import sha256_digest
+from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal, verify_cosignature
+from countersign.errors import MalformedError
+from countersign.keys import PublicKey, Signer
+from countersign.records import (
+    MAX_CHILDREN_LIMIT,
+    MAX_DEPTH,
+    AgentRef,
+    BindingScope,
+    Construction,
+    CoSignature,
+    CoSignerRole,
+    Envelope,
+    LifecycleEvent,
+    NodeRecord,
+    OutputReceipt,
+    Path,
+    Policy,
+    parse_json,
+)
+from countersign.registry import KeyProblem, Registry
+from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
+from countersign.service.errors import ServiceError, from_rpc_error, servicer_edge
+from countersign.service.registry_follower import RegistryFollower, now_ms
+from countersign.service.tls import open_channel, peer_identity, signer_dns
+from countersign.verify import VerifierPolicy, edge_violation, verify_structure
+from signer.backends import load_signer
+from signer.store import Grant, SignerStore, Transaction
+
+log = logging.getLogger("countersign.signer")
+CONSTRUCTION = Construction.SIGNED_DAG
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+REFUSED = grpc.StatusCode.FAILED_PRECONDITION
+
+
+@dataclasses.dataclass
+class SignerConfig:
+    deployer: str
+    signer_key: str
+    operator_public_key: str
+    coordinator: str
+    registry_cache: str
+    listen: str = "127.0.0.1:7401"
+    metrics_listen: str = "127.0.0.1:9401"
+    state_url: str = "sqlite:///countersign-signer.db"
+    allowed_children: list[str] = dataclasses.field(default_factory=list)
+    max_depth: int = 16
+    max_ttl_ms: int = 24 * 3_600_000
+    max_grant_ttl_ms: int = 600_000
+    cosign_timeout_ms: int = 2_000
+    clock_skew_ms: int = 60_000
+    staleness_ms: int = 30_000
+    heartbeat_ms: int = 1_000
+    ready_file: str = ""
+    log_level: str = "info"
+    max_workers: int = 16
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+
+    def validate(self) -> None:
+        for name in ("listen", "coordinator"):
+            parse_address(getattr(self, name), name)
+        if self.metrics_listen:
+            parse_address(self.metrics_listen, "metrics_listen")
+        self.tls.validate("signer")
+        require_loopback(
+            self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
+        )
+        parse_operator_key(self.operator_public_key)
+        if not 0 <= self.max_depth <= MAX_DEPTH:
+            raise ConfigError(f"max_depth must be between 0 and {MAX_DEPTH}")
+        if self.cosign_timeout_ms < 1:
+            raise ConfigError("cosign_timeout_ms must be positive")
+        if not self.registry_cache:
+            raise ConfigError("registry_cache is required (the persisted copy of the registry log)")
+
+
+class SignerMetrics:
+    def __init__(self, registry: prometheus_client.CollectorRegistry, follower: RegistryFollower) -> None:
+        self.requests = prometheus_client.Counter(
+            "countersign_signer_requests", "Signer requests by method and outcome code", ["method", "code"],
+            registry=registry,
+        )  # fmt: skip
+        self.cosign_latency = prometheus_client.Histogram(
+            "countersign_cosign_seconds", "Round trip of asking the parent's signer to co-sign", ["outcome"],
+            registry=registry, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0),
+        )  # fmt: skip
+        sequence = prometheus_client.Gauge(
+            "countersign_registry_sequence", "Statements in this signer's registry copy", registry=registry
+        )
+        sequence.set_function(lambda: follower.sequence)
+        staleness = prometheus_client.Gauge(
+            "countersign_registry_staleness_seconds", "Seconds since the last trusted registry heartbeat",
+            registry=registry,
+        )  # fmt: skip
+        staleness.set_function(follower.staleness_seconds)
+
+
+def _refuse(code: str, message: str, status: grpc.StatusCode = REFUSED) -> ServiceError:
+    return ServiceError(code, message, status)
+
+
+def _agent_policy(agent: signer_pb2.AgentFields) -> Policy:
+    allowed = tuple(agent.allowed_children) if agent.restrict_children else None
+    return Policy(allowed, agent.max_depth if agent.HasField("max_depth") else None)
+
+
+def _event(name: str, default: LifecycleEvent) -> LifecycleEvent:
+    if not name:
+        return default
+    try:
+        return LifecycleEvent(name)
+    except ValueError:
+        raise _refuse("INVALID_ARGUMENT", f"unknown lifecycle event {name!r}", INVALID) from None
+
+
+class SignerService(signer_pb2_grpc.SignerServicer):
+    def __init__(
+        self,
+        config: SignerConfig,
+        key: Signer,
+        store: SignerStore,
+        follower: RegistryFollower,
+        metrics: SignerMetrics,
+    ) -> None:
+        self._config = config
+        self._key = key
+        self._store = store
+        self._follower = follower
+        self._metrics = metrics
+        self._policy = VerifierPolicy(frozenset({CONSTRUCTION}), config.clock_skew_ms)
+        self._peers: dict[tuple[str, str], signer_pb2_grpc.SignerStub] = {}
+        self._channels: list[grpc.Channel] = []
+        self._peers_lock = threading.Lock()
+
+    def _peer(self, address: str, deployer: str) -> signer_pb2_grpc.SignerStub:
+        """A stub on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
+        with self._peers_lock:
+            stub = self._peers.get((address, deployer))
+            if stub is None:
+                channel = open_channel(address, self._config.tls, signer_dns(deployer))
+                self._channels.append(channel)
+                stub = self._peers[(address, deployer)] = signer_pb2_grpc.SignerStub(channel)
+            return stub
+
+    def close(self) -> None:
+        with self._peers_lock:
+            for channel in self._channels:
+                channel.close()
+            self._peers.clear()
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _registry(self) -> Registry:
+        registry, fresh = self._follower.view()
+        if not fresh:
+            raise _refuse(
+                "REGISTRY_STALE", "this signer's registry copy is stale; refusing", grpc.StatusCode.UNAVAILABLE
+            )
+        return registry
+
+    def _require_runtime(self, context: grpc.ServicerContext) -> None:
+        if self._config.tls.insecure_loopback:
+            return
+        identity = peer_identity(context)
+        if identity is None or identity.role != "runtime" or identity.deployer != self._config.deployer:
+            raise _refuse("NOT_AUTHORISED", "only this deployer's runtime may ask", grpc.StatusCode.PERMISSION_DENIED)
+
+    def _parse_path(self, data: bytes, what: str = "parent_path") -> Path:
+        try:
+            return Path.from_bytes(data)
+        except MalformedError as exc:
+            raise _refuse("INVALID_ARGUMENT", f"{what}: {exc}", INVALID) from None
+
+    def _own_parent(self, data: bytes) -> tuple[Path, str]:
+        """The path of a record this signer issued (as stored when issued), and that record's digest.
+
+        The stored path was checked when the record was issued and its leaf binds the prefix by
+        digest, so it is not verified again here.
+        """
+        digest = self._parse_path(data).leaf.digest()
+        stored = self._store.issued_path(digest)
+        if stored is None:
+            raise _refuse("PARENT_UNKNOWN", "the parent record was not issued by this signer")
+        return Path.from_bytes(stored), digest
+
+    def _check_sound(self, path: Path, registry: Registry) -> None:
+        result = verify_structure(path, registry=registry, now_ms=now_ms(), policy=self._policy)
+        if not result:
+            raise _refuse(
+                "INVALID_ARGUMENT", f"parent path does not verify: {result.reason} at {result.index}", INVALID
+            )
+
+    def _depth_limit(self, path: Path) -> int:
+        limits = [e.record.policy.max_depth for e in path.envelopes if e.record.policy.max_depth is not None]
+        return min([self._config.max_depth, *limits])
+
+    def _expiry(self, ttl_ms: int, ceiling: int | None = None) -> tuple[int, int]:
+        if ttl_ms <= 0:
+            raise _refuse("INVALID_ARGUMENT", "ttl_ms must be positive", INVALID)
+        created = now_ms()
+        expires = created + min(ttl_ms, self._config.max_ttl_ms)
+        return created, expires if ceiling is None else min(expires, ceiling)
+
+    def _fields(
+        self, agent: signer_pb2.AgentFields, system: str, ceiling: int | None, event: LifecycleEvent
+    ) -> RecordFields:
+        created, expires = self._expiry(agent.ttl_ms, ceiling)
+        if expires <= created:
+            raise _refuse("EXPIRY_EXCEEDS_PARENT", "the parent expires before a child could be valid")
+        if not 0 <= agent.max_children <= MAX_CHILDREN_LIMIT:
+            raise _refuse("INVALID_ARGUMENT", "max_children out of range", INVALID)
+        try:
+            return RecordFields(
+                deployer=self._config.deployer,
+                agent=AgentRef.from_json({"instance": agent.instance, "system": system}),
+                created_ms=created,
+                expires_ms=expires,
+                max_children=agent.max_children,
+                event=_event(agent.event, event),
+                policy=Policy.from_json(_agent_policy(agent).to_json()),
+            )
+        except MalformedError as exc:
+            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
+
+    def _response(self, envelopes: Sequence[Envelope]) -> signer_pb2.IssueResponse:
+        path = Path(tuple(envelopes))
+        return signer_pb2.IssueResponse(path=path.to_bytes(), record_digest=path.leaf.digest())
+
+    def _record(self, method: str, path: Path) -> signer_pb2.IssueResponse:
+        """Store a newly issued record (with its path) and answer with it."""
+        data, digest = path.to_bytes(), path.leaf.digest()
+        self._store.transaction(lambda tx: tx.record_issued(digest, data, path.leaf.record.expires_ms))
+        self._metrics.requests.labels(method, "OK").inc()
+        return signer_pb2.IssueResponse(path=data, record_digest=digest)
+
+    def _issue_local(self, parent: Path, parent_digest: str, fields: RecordFields, session: str | None) -> Envelope:
+        """Sign a same-deployer child of ``parent`` (a receipt when ``session`` is set), spending a child slot."""
+        parent_record = parent.leaf.record
+        if parent.leaf.record.depth + 1 > self._depth_limit(parent):
+            raise _refuse("DEPTH_LIMIT", "the depth limit forbids another level here")
+
+        def work(tx: Transaction) -> Envelope:
+            if tx.child_count(parent_digest) >= parent_record.max_children:
+                raise _refuse("FANOUT_EXCEEDED", f"the parent already has {parent_record.max_children} children")
+            record_fields = fields
+            if session is not None:
+                assert fields.output is not None
+                seq, prev = tx.next_in_session(session)
+                record_fields = replace(fields, output=replace(fields.output, seq=seq, prev=prev))
+            envelope = seal(draft_record(CONSTRUCTION, record_fields, self._key.key_id, parent.envelopes), self._key)
+            digest = envelope.digest()
+            tx.add_child(parent_digest, envelope.record.nonce)
+            tx.record_issued(digest, Path((*parent.envelopes, envelope)).to_bytes(), envelope.record.expires_ms)
+            if session is not None:
+                assert envelope.record.output is not None
+                tx.advance_session(session, envelope.record.output.seq, digest)
+            return envelope
+
+        return self._store.transaction(work)
+
+    # --- runtime RPCs ---------------------------------------------------------------------------
+
+    @servicer_edge
+    def IssueRoot(
+        self, request: signer_pb2.IssueRootRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.IssueResponse:
+        self._require_runtime(context)
+        self._registry()
+        fields = self._fields(request.agent, request.agent.system, None, LifecycleEvent.NEW)
+        envelope = seal(draft_record(CONSTRUCTION, fields, self._key.key_id, ()), self._key)
+        return self._record("IssueRoot", Path((envelope,)))
+
+    @servicer_edge
+    def IssueLocalChild(
+        self, request: signer_pb2.IssueLocalChildRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.IssueResponse:
+        self._require_runtime(context)
+        parent, digest = self._own_parent(request.parent_path)
+        system = parent.leaf.record.agent.system
+        fields = self._fields(request.agent, system, parent.leaf.record.expires_ms, LifecycleEvent.BRANCH)
+        envelope = self._issue_local(parent, digest, fields, None)
+        self._metrics.requests.labels("IssueLocalChild", "OK").inc()
+        return self._response([*parent.envelopes, envelope])
+
+    @servicer_edge
+    def IssueReceipt(
+        self, request: signer_pb2.IssueReceiptRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.IssueResponse:
+        self._require_runtime(context)
+        parent, digest = self._own_parent(request.parent_path)
+        if len(request.output_sha256) != 32:
+            raise _refuse("INVALID_ARGUMENT", "output_sha256 must be the 32 raw bytes of SHA-256", INVALID)
+        try:
+            scope = BindingScope(request.binding_scope or BindingScope.PER_TURN.value)
+        except ValueError:
+            raise _refuse("INVALID_ARGUMENT", f"unknown binding scope {request.binding_scope!r}", INVALID) from None
+        parent_record = parent.leaf.record
+        agent = signer_pb2.AgentFields(
+            instance=request.instance or parent_record.agent.instance,
+            ttl_ms=request.ttl_ms or 3_600_000,
+            max_children=0,
+        )
+        fields = self._fields(agent, parent_record.agent.system, parent_record.expires_ms, LifecycleEvent.NEW)
+        session = request.session or parent_record.agent.instance
+        try:
+            output = OutputReceipt.from_json(
+                {"sha256": "sha256:" + request.output_sha256.hex(), "binding_scope": scope.value, "session": session,
+                 "seq": 0, "prev": None}
+            )  # fmt: skip
+        except MalformedError as exc:
+            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
+        envelope = self._issue_local(parent, digest, replace(fields, output=output), session)
+        self._metrics.requests.labels("IssueReceipt", "OK").inc()
+        return self._response([*parent.envelopes, envelope])
+
+    @servicer_edge
+    def OpenGrant(
+        self, request: signer_pb2.OpenGrantRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.OpenGrantResponse:
+        self._require_runtime(context)
+        registry = self._registry()
+        parent, digest = self._own_parent(request.parent_path)
+        child = request.child_deployer
+        parent_record = parent.leaf.record
+        if child == self._config.deployer:
+            raise _refuse("POLICY_REFUSED", "use IssueLocalChild for a same-deployer child")
+        if child not in self._config.allowed_children:
+            raise _refuse("POLICY_REFUSED", f"{self._config.deployer} does not delegate to {child}")
+        allowed = parent_record.policy.allowed_children
+        if allowed is not None and child not in allowed:
+            raise _refuse("POLICY_REFUSED", f"the parent record does not allow {child} as a child")
+        if child not in registry.deployers:
+            raise _refuse("POLICY_REFUSED", f"{child} is not an enrolled deployer")
+        if parent_record.depth + 1 > self._depth_limit(parent):
+            raise _refuse("DEPTH_LIMIT", "the depth limit forbids another level here")
+        ttl = request.ttl_ms or self._config.max_grant_ttl_ms
+        expires = min(now_ms() + min(ttl, self._config.max_grant_ttl_ms), parent_record.expires_ms)
+        grant = Grant(secrets.token_hex(16), digest, child, expires, None, None)
+        self._store.transaction(lambda tx: tx.open_grant(grant))
+        self._metrics.requests.labels("OpenGrant", "OK").inc()
+        log.info("grant opened", extra={"grant_id": grant.grant_id, "child_deployer": child, "parent": digest})
+        return signer_pb2.OpenGrantResponse(
+            grant_id=grant.grant_id, parent_digest=digest, parent_key_id=self._key.key_id, expires_ms=expires
+        )
+
+    @servicer_edge
+    def AcceptDelegation(
+        self, request: signer_pb2.AcceptDelegationRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.IssueResponse:
+        self._require_runtime(context)
+        registry = self._registry()
+        parent = self._parse_path(request.parent_path)
+        self._check_sound(parent, registry)
+        parent_record = parent.leaf.record
+        if parent_record.deployer == self._config.deployer:
+            raise _refuse("POLICY_REFUSED", "a delegation crosses deployers; use IssueLocalChild")
+        parent_key = registry.resolve(parent_record.deployer, request.parent_key_id, now_ms())
+        if isinstance(parent_key, KeyProblem):
+            raise _refuse("PARENT_REFUSED", f"parent key: {parent_key.detail}")
+        fields = self._fields(request.agent, parent_record.agent.system, parent_record.expires_ms, LifecycleEvent.NEW)
+        draft = draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes)
+        proposal = EdgeProposal(parent.leaf, draft, request.parent_key_id)
+        child_cosig = cosign(proposal, self._key, CoSignerRole.CHILD)
+        parent_cosig = self._ask_parent(request, proposal, child_cosig, parent_key)
+        envelope = seal(replace(draft, cosigs=(parent_cosig, child_cosig)), self._key)
+        log.info("delegation accepted", extra={"parent_deployer": parent_record.deployer, "record": envelope.digest()})
+        return self._record("AcceptDelegation", Path((*parent.envelopes, envelope)))
+
+    def _ask_parent(
+        self,
+        request: signer_pb2.AcceptDelegationRequest,
+        proposal: EdgeProposal,
+        child_cosig: CoSignature,
+        parent_key: PublicKey,
+    ) -> CoSignature:
+        """Ask the parent's signer for its co-signature; any failure fails the delegation closed."""
+        parent_deployer = proposal.parent.record.deployer
+        child_bytes = Envelope.build(proposal.child, None).record_bytes()
+        call = signer_pb2.CoSignEdgeRequest(
+            grant_id=request.grant_id,
+            parent_path=request.parent_path,
+            child_record=child_bytes,
+            child_cosignature=json.dumps(child_cosig.to_json()),
+        )
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            parse_address(request.parent_signer, "parent_signer")
+        except ConfigError as exc:
+            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
+        stub = self._peer(request.parent_signer, parent_deployer)
+        try:
+            response = stub.CoSignEdge(call, timeout=self._config.cosign_timeout_ms / 1000)
+            outcome = "ok"
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+            outcome = "unreachable" if error.retryable else "refused"
+            code = "PARENT_UNREACHABLE" if error.retryable else "PARENT_REFUSED"
+            status = grpc.StatusCode.UNAVAILABLE if error.retryable else REFUSED
+            raise _refuse(code, f"parent signer {parent_deployer}: {error.code}: {error}", status) from None
+        finally:
+            self._metrics.cosign_latency.labels(outcome).observe(time.perf_counter() - started)
+        try:
+            parent_cosig = CoSignature.from_json(parse_json(response.parent_cosignature))
+        except MalformedError as exc:
+            raise _refuse("BAD_COSIGNATURE", f"parent sent a malformed co-signature: {exc}") from None
+        if (
+            parent_cosig.role is not CoSignerRole.PARENT
+            or parent_cosig.deployer != parent_deployer
+            or parent_cosig.key_id != proposal.parent_key_id
+            or not verify_cosignature(proposal, parent_cosig, parent_key)
+        ):
+            raise _refuse("BAD_COSIGNATURE", "the parent's co-signature does not verify")
+        return parent_cosig
+
+    # --- peer RPC -------------------------------------------------------------------------------
+
+    @servicer_edge
+    def CoSignEdge(
+        self, request: signer_pb2.CoSignEdgeRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.CoSignEdgeResponse:
+        registry = self._registry()
+        try:
+            child = NodeRecord.from_json(parse_json(request.child_record))
+            child_cosig = CoSignature.from_json(parse_json(request.child_cosignature))
+        except MalformedError as exc:
+            raise _refuse("INVALID_ARGUMENT", f"child record: {exc}", INVALID) from None
+        self._require_peer(context, child.deployer, registry)
+        parent, parent_digest = self._own_parent(request.parent_path)
+        parent_record = parent.leaf.record
+        proposal = EdgeProposal(parent.leaf, child, self._key.key_id)
+        self._check_edge(parent, parent_digest, child, child_cosig, proposal, registry)
+        manifest_digest = sha256_digest(proposal.manifest())
+
+        def work(tx: Transaction) -> str:
+            grant = tx.grant(request.grant_id)
+            if grant is None:
+                raise _refuse("GRANT_NOT_FOUND", "no such grant")
+            if grant.child_deployer != child.deployer:
+                raise _refuse("GRANT_WRONG_CHILD", f"the grant names {grant.child_deployer}, not {child.deployer}")
+            if grant.parent != parent_digest:
+                raise _refuse("GRANT_WRONG_CHILD", "the grant is for another parent record")
+            if grant.manifest_digest is not None:
+                if grant.manifest_digest == manifest_digest and grant.parent_cosig is not None:
+                    return grant.parent_cosig  # the same edge asked again (a retry): same answer
+                raise _refuse("GRANT_USED", "the grant was already used for another edge")
+            if grant.expires_ms < now_ms():
+                raise _refuse("GRANT_EXPIRED", "the grant has expired")
+            if tx.child_count(parent_digest) >= parent_record.max_children:
+                raise _refuse("FANOUT_EXCEEDED", f"the parent already has {parent_record.max_children} children")
+            answer = json.dumps(cosign(proposal, self._key, CoSignerRole.PARENT).to_json())
+            tx.use_grant(grant.grant_id, manifest_digest, answer)
+            tx.add_child(parent_digest, child.nonce)
+            return answer
+
+        answer = self._store.transaction(work)
+        self._metrics.requests.labels("CoSignEdge", "OK").inc()
+        log.info("edge co-signed", extra={"grant_id": request.grant_id, "child_deployer": child.deployer})
+        return signer_pb2.CoSignEdgeResponse(parent_cosignature=answer)
+
+    def _require_peer(self, context: grpc.ServicerContext, child_deployer: str, registry: Registry) -> None:
+        """Only the child deployer's own signer may ask, and only an enrolled deployer."""
+        if child_deployer not in registry.deployers or child_deployer == self._config.deployer:
+            raise _refuse(
+                "NOT_AUTHORISED", f"{child_deployer} is not an enrolled peer", grpc.StatusCode.PERMISSION_DENIED
+            )
+        if self._config.tls.insecure_loopback:
+            return
+        identity = peer_identity(context)
+        if identity is None or identity.role != "signer" or identity.deployer != child_deployer:
+            raise _refuse(
+                "NOT_AUTHORISED", "the peer certificate does not name the child deployer's signer",
+                grpc.StatusCode.PERMISSION_DENIED,
+            )  # fmt: skip
+
+    def _check_edge(
+        self,
+        parent: Path,
+        parent_digest: str,
+        child: NodeRecord,
+        child_cosig: CoSignature,
+        proposal: EdgeProposal,
+        registry: Registry,
+    ) -> None:
+        parent_record = parent.leaf.record
+        if child.construction is not CONSTRUCTION or child.cosigs:
+            raise _refuse("INVALID_ARGUMENT", "the child must be a SIGNED-DAG record without co-signatures", INVALID)
+        violation = edge_violation(parent_record, parent_digest, child, parent_record.depth + 1)
+        if violation is not None:
+            code = "EXPIRY_EXCEEDS_PARENT" if violation.reason.value == "EXPIRY_EXCEEDS_PARENT" else "POLICY_REFUSED"
+            raise _refuse(code, f"{violation.reason}: {violation.detail}")
+        if child.deployer not in self._config.allowed_children:
+            raise _refuse("POLICY_REFUSED", f"{self._config.deployer} does not delegate to {child.deployer}")
+        if child.depth > self._depth_limit(parent):
+            raise _refuse("DEPTH_LIMIT", "the depth limit forbids another level here")
+        now = now_ms()
+        if abs(child.created_ms - now) > self._config.clock_skew_ms:
+            raise _refuse("POLICY_REFUSED", "the child record's creation time is too far from this signer's clock")
+        if child_cosig.role is not CoSignerRole.CHILD or child_cosig.deployer != child.deployer:
+            raise _refuse("BAD_COSIGNATURE", "the child co-signature must be the child deployer's")
+        child_key = registry.resolve(child.deployer, child_cosig.key_id, child.created_ms)
+        record_key = registry.resolve(child.deployer, child.key_id, child.created_ms)
+        for key in (child_key, record_key):
+            if isinstance(key, KeyProblem):
+                raise _refuse("NOT_AUTHORISED", f"child key: {key.detail}", grpc.StatusCode.PERMISSION_DENIED)
+        assert isinstance(child_key, PublicKey)
+        if not verify_cosignature(proposal, child_cosig, child_key):
+            raise _refuse("BAD_COSIGNATURE", "the child's co-signature over the edge manifest does not verify")
+
+
+class SignerDaemon:
+    def __init__(self, config: SignerConfig) -> None:
+        self.config = config
+        self.metrics_registry = prometheus_client.CollectorRegistry()
+        self.key = load_signer(config.signer_key)
+        self.store = SignerStore(config.state_url)
+        self.follower = RegistryFollower(
+            operator_key=parse_operator_key(config.operator_public_key),
+            coordinator=config.coordinator,
+            tls=config.tls,
+            cache_path=config.registry_cache,
+            staleness_ms=config.staleness_ms,
+            heartbeat_ms=config.heartbeat_ms,
+        )
+        self.metrics = SignerMetrics(self.metrics_registry, self.follower)
+        self.service = SignerService(config, self.key, self.store, self.follower, self.metrics)
+
+    def register(self, server: grpc.Server) -> Sequence[str]:
+        signer_pb2_grpc.add_SignerServicer_to_server(self.service, server)
+        return [signer_pb2.DESCRIPTOR.services_by_name["Signer"].full_name]
+
+    def start(self) -> None:
+        self.follower.start()
+
+    def close(self) -> None:
+        self.service.close()
+        self.follower.close()
+        self.store.close()

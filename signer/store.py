@@ -1,0 +1,140 @@
+"""The signer's durable state (SQLite): issued records, children per parent, grants, session counters.
+
+It is what lets a restarted signer neither forget a limit nor reuse a grant. Each decision that
+spends something (a grant, a child slot, a session sequence number) is one ``BEGIN IMMEDIATE``
+transaction, so two concurrent requests cannot both spend it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from countersign.errors import StateUnavailable
+from countersign.service.config import ConfigError
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS issued (digest TEXT PRIMARY KEY, path BLOB NOT NULL,"
+    " expires_ms INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS children (parent TEXT NOT NULL, child_nonce TEXT NOT NULL,"
+    " PRIMARY KEY (parent, child_nonce)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS grants (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_deployer TEXT NOT NULL,"
+    " expires_ms INTEGER NOT NULL, manifest_digest TEXT, parent_cosig TEXT) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL)"
+    " WITHOUT ROWID",
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Grant:
+    grant_id: str
+    parent: str
+    child_deployer: str
+    expires_ms: int
+    manifest_digest: str | None
+    parent_cosig: str | None
+
+
+class SignerStore:
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite" or parts.netloc or not parts.path:
+            raise ConfigError(f"state_url must look like sqlite:///path/signer.db, got {url!r}")
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(parts.path, isolation_level=None, check_same_thread=False, timeout=5)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            for statement in SCHEMA:
+                self._db.execute(statement)
+        except sqlite3.Error as exc:
+            raise ConfigError(f"cannot open signer state {parts.path}: {exc}") from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StateUnavailable(f"signer state: {exc}") from exc
+
+    def transaction(self, work: Callable[[Transaction], T]) -> T:
+        """Run ``work`` atomically; an exception it raises rolls everything back."""
+        with self._transaction() as db:
+            return work(Transaction(db))
+
+    def issued_path(self, digest: str) -> bytes | None:
+        """The canonical path this signer returned when it issued the record ``digest``."""
+        with self._lock:
+            row = self._db.execute("SELECT path FROM issued WHERE digest = ?", (digest,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class Transaction:
+    """Operations inside one atomic transaction."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def is_issued(self, digest: str) -> bool:
+        return self._db.execute("SELECT 1 FROM issued WHERE digest = ?", (digest,)).fetchone() is not None
+
+    def record_issued(self, digest: str, path: bytes, expires_ms: int) -> None:
+        self._db.execute("INSERT INTO issued (digest, path, expires_ms) VALUES (?, ?, ?)", (digest, path, expires_ms))
+
+    def child_count(self, parent: str) -> int:
+        (count,) = self._db.execute("SELECT COUNT(*) FROM children WHERE parent = ?", (parent,)).fetchone()
+        return int(count)
+
+    def add_child(self, parent: str, child_nonce: str) -> None:
+        self._db.execute("INSERT OR IGNORE INTO children (parent, child_nonce) VALUES (?, ?)", (parent, child_nonce))
+
+    def open_grant(self, grant: Grant) -> None:
+        self._db.execute(
+            "INSERT INTO grants (grant_id, parent, child_deployer, expires_ms) VALUES (?, ?, ?, ?)",
+            (grant.grant_id, grant.parent, grant.child_deployer, grant.expires_ms),
+        )
+
+    def grant(self, grant_id: str) -> Grant | None:
+        row = self._db.execute(
+            "SELECT grant_id, parent, child_deployer, expires_ms, manifest_digest, parent_cosig FROM grants"
+            " WHERE grant_id = ?",
+            (grant_id,),
+        ).fetchone()
+        return None if row is None else Grant(*row)
+
+    def use_grant(self, grant_id: str, manifest_digest: str, parent_cosig: str) -> None:
+        updated = self._db.execute(
+            "UPDATE grants SET manifest_digest = ?, parent_cosig = ? WHERE grant_id = ? AND manifest_digest IS NULL",
+            (manifest_digest, parent_cosig, grant_id),
+        ).rowcount
+        if updated != 1:
+            raise StateUnavailable("grant was used concurrently")
+
+    def next_in_session(self, session: str) -> tuple[int, str | None]:
+        row = self._db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()
+        return (0, None) if row is None else (int(row[0]) + 1, str(row[1]))
+
+    def advance_session(self, session: str, seq: int, digest: str) -> None:
+        self._db.execute(
+            "INSERT INTO sessions (session, seq, last_digest) VALUES (?, ?, ?)"
+            " ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, last_digest = excluded.last_digest",
+            (session, seq, digest),
+        )

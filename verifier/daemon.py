@@ -1,0 +1,204 @@
+"""The verifier service: ``VerifyPath`` over gRPC, stateless apart from its durable store.
+
+Any number of replicas can share one store. The registry comes from the coordinator's stream (a
+persisted, verified copy); past the staleness bound every path is rejected with ``REGISTRY_STALE``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+import grpc
+import prometheus_client
+
+from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+from countersign.errors import MalformedError
+from countersign.reasons import Reason, VerificationResult
+from countersign.records import MAX_INPUT_BYTES, Path
+from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
+from countersign.service.errors import ServiceError, servicer_edge
+from countersign.service.registry_follower import RegistryFollower, now_ms
+from countersign.state import VerifierState
+from countersign.verify import DEFAULT_POLICY, Mode, VerifierPolicy, malformed_result, verify_path
+from verifier.stores import StoreConfigError, open_store
+
+log = logging.getLogger("countersign.verifier")
+MAX_OUTPUT_BYTES = 16 << 20
+
+
+@dataclasses.dataclass
+class VerifierConfig:
+    operator_public_key: str
+    coordinator: str
+    registry_cache: str
+    listen: str = "127.0.0.1:7402"
+    metrics_listen: str = "127.0.0.1:9402"
+    store_url: str = "sqlite:///countersign-verifier.db"
+    staleness_ms: int = 30_000
+    heartbeat_ms: int = 1_000
+    clock_skew_ms: int = DEFAULT_POLICY.clock_skew_ms
+    allow_baselines: bool = False
+    collect_interval_ms: int = 60_000
+    ready_file: str = ""
+    log_level: str = "info"
+    max_workers: int = 16
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+
+    def validate(self) -> None:
+        for name in ("listen", "coordinator"):
+            parse_address(getattr(self, name), name)
+        if self.metrics_listen:
+            parse_address(self.metrics_listen, "metrics_listen")
+        self.tls.validate("verifier")
+        require_loopback(
+            self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
+        )
+        parse_operator_key(self.operator_public_key)
+        if self.staleness_ms < 1:
+            raise ConfigError("staleness_ms must be positive")
+        if not self.registry_cache:
+            raise ConfigError("registry_cache is required (the persisted copy of the registry log)")
+
+    @property
+    def policy(self) -> VerifierPolicy:
+        if self.allow_baselines:
+            return VerifierPolicy.unsafe_allow_baselines(self.clock_skew_ms)
+        return VerifierPolicy(clock_skew_ms=self.clock_skew_ms)
+
+
+class VerifierMetrics:
+    def __init__(self, registry: prometheus_client.CollectorRegistry, follower: RegistryFollower) -> None:
+        self.verdicts = prometheus_client.Counter(
+            "countersign_verifications", "VerifyPath verdicts by verdict and reason", ["verdict", "reason", "mode"],
+            registry=registry,
+        )  # fmt: skip
+        self.errors = prometheus_client.Counter(
+            "countersign_verifier_errors", "VerifyPath calls that could not complete", ["code"], registry=registry
+        )
+        self.latency = prometheus_client.Histogram(
+            "countersign_verify_seconds", "VerifyPath latency inside the service", ["mode"], registry=registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )  # fmt: skip
+        sequence = prometheus_client.Gauge(
+            "countersign_registry_sequence", "Statements in this verifier's registry copy", registry=registry
+        )
+        sequence.set_function(lambda: follower.sequence)
+        staleness = prometheus_client.Gauge(
+            "countersign_registry_staleness_seconds", "Seconds since the last trusted registry heartbeat",
+            registry=registry,
+        )  # fmt: skip
+        staleness.set_function(follower.staleness_seconds)
+        self.store_entries = prometheus_client.Gauge(
+            "countersign_store_entries", "Consumed nonces and child-set entries held", registry=registry
+        )
+
+
+_MODES = {
+    verifier_pb2.VerifyPathRequest.MODE_UNSPECIFIED: Mode.ACCEPT,
+    verifier_pb2.VerifyPathRequest.ACCEPT: Mode.ACCEPT,
+    verifier_pb2.VerifyPathRequest.AUDIT: Mode.AUDIT,
+}
+
+
+def verdict_message(result: VerificationResult) -> common_pb2.Verdict:
+    return common_pb2.Verdict(
+        verdict=common_pb2.Verdict.ACCEPT if result else common_pb2.Verdict.REJECT,
+        reason="" if result.reason is None else result.reason.value,
+        index=-1 if result.index is None else result.index,
+        detail=result.detail,
+    )
+
+
+class VerifierService(verifier_pb2_grpc.VerifierServicer):
+    def __init__(
+        self, state: VerifierState, follower: RegistryFollower, policy: VerifierPolicy, metrics: VerifierMetrics
+    ) -> None:
+        self._state = state
+        self._follower = follower
+        self._policy = policy
+        self._metrics = metrics
+
+    @servicer_edge
+    def VerifyPath(
+        self, request: verifier_pb2.VerifyPathRequest, context: grpc.ServicerContext
+    ) -> verifier_pb2.VerifyPathResponse:
+        started = time.perf_counter()
+        mode = _MODES.get(request.mode)
+        if mode is None:
+            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+        if len(request.output) > MAX_OUTPUT_BYTES:
+            raise ServiceError("INVALID_ARGUMENT", "output exceeds 16 MiB", grpc.StatusCode.INVALID_ARGUMENT)
+        registry, fresh = self._follower.view()
+        if not fresh:
+            result = VerificationResult.reject(
+                Reason.REGISTRY_STALE, None, f"no trusted registry update for over {self._follower.staleness_ms} ms"
+            )
+        elif len(request.path) > MAX_INPUT_BYTES:
+            result = VerificationResult.reject(Reason.MALFORMED, None, f"path exceeds {MAX_INPUT_BYTES} bytes")
+        else:
+            try:
+                path = Path.from_bytes(request.path)
+            except MalformedError as exc:
+                result = malformed_result(exc)
+            else:
+                try:
+                    result = verify_path(
+                        path, request.output, registry=registry, state=self._state, mode=mode,
+                        now_ms=now_ms(), policy=self._policy,
+                    )  # fmt: skip
+                except Exception:
+                    self._metrics.errors.labels("STATE_UNAVAILABLE").inc()
+                    raise
+        self._metrics.verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
+        self._metrics.latency.labels(mode.value).observe(time.perf_counter() - started)
+        return verifier_pb2.VerifyPathResponse(verdict=verdict_message(result), registry_sequence=registry.sequence)
+
+
+class VerifierDaemon:
+    def __init__(self, config: VerifierConfig) -> None:
+        self.config = config
+        self.metrics_registry = prometheus_client.CollectorRegistry()
+        try:
+            self.state = open_store(config.store_url)
+        except StoreConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        self.follower = RegistryFollower(
+            operator_key=parse_operator_key(config.operator_public_key),
+            coordinator=config.coordinator,
+            tls=config.tls,
+            cache_path=config.registry_cache,
+            staleness_ms=config.staleness_ms,
+            heartbeat_ms=config.heartbeat_ms,
+        )
+        self.metrics = VerifierMetrics(self.metrics_registry, self.follower)
+        self.service = VerifierService(self.state, self.follower, config.policy, self.metrics)
+        self._stop = threading.Event()
+        self._collector: threading.Thread | None = None
+
+    def register(self, server: grpc.Server) -> Sequence[str]:
+        verifier_pb2_grpc.add_VerifierServicer_to_server(self.service, server)
+        return [verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name]
+
+    def start(self) -> None:
+        self.follower.start()
+        self._collector = threading.Thread(target=self._collect, name="store-collector", daemon=True)
+        self._collector.start()
+
+    def _collect(self) -> None:
+        """Forget expired nonces and child-set entries in bounded batches, so the store stays bounded."""
+        while not self._stop.wait(self.config.collect_interval_ms / 1000):
+            try:
+                while self.state.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
+                    pass
+                self.metrics.store_entries.set(self.state.entry_count())
+            except Exception as exc:  # the collector must survive a store outage; the next round retries
+                log.warning("collecting expired entries failed", extra={"error": str(exc)})
+
+    def close(self) -> None:
+        self._stop.set()
+        self.follower.close()
+        self.state.close()
