@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types unit bench conformance proto clean venv
+.PHONY: demo test lint types unit bench conformance proto vectors clean venv
+
+include infra/tools.mk
 
 venv: $(STAMP)
 
@@ -17,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/countersign demo
 
-test: $(STAMP) lint types unit
+test: $(STAMP) lint types unit infra-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -27,7 +29,13 @@ types: $(STAMP)
 	$(VENV)/bin/mypy countersign signer verifier coordinator
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --ignore=tests/infra -n 2
+
+proto: $(STAMP)
+	$(PY) proto/generate.py
+
+vectors: $(STAMP)
+	$(PY) tests/vectors/generate.py
 
 bench: $(STAMP)
 	$(PY) -m bench
@@ -35,5 +43,5 @@ bench: $(STAMP)
 conformance: $(STAMP)
 	$(VENV)/bin/countersign conformance --trials 1000
 
-clean:
+clean: infra-clean
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

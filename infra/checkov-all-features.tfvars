@@ -1,0 +1,26 @@
+# Second checkov pass (see infra/tools.mk and tests/infra): checkov drops resources whose
+# count evaluates to 0 with the defaults, so this file switches every optional part on
+# (ECR repository, PostgreSQL for the registry log and the nonce store) to have them scanned too.
+environment        = "ci"
+region             = "eu-west-1"
+availability_zones = ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+image              = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/countersign@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+operator_public_key = "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+
+deployers = {
+  "deployer-a" = { zone_index = 0, allowed_children = ["deployer-b", "deployer-c"], runtime_cidr_blocks = ["10.50.0.0/24"] }
+  "deployer-b" = { zone_index = 1, allowed_children = ["deployer-c"], runtime_security_group_ids = ["sg-0123456789abcdef0"] }
+  "deployer-c" = { zone_index = 2 }
+}
+
+consumer_cidr_blocks        = ["10.50.0.0/16"]
+consumer_security_group_ids = ["sg-0123456789abcdef1"]
+operator_cidr_blocks        = ["10.70.0.0/28"]
+operator_security_group_ids = ["sg-0123456789abcdef3"]
+metrics_cidr_blocks         = ["10.60.0.0/24"]
+metrics_security_group_ids  = ["sg-0123456789abcdef2"]
+
+create_ecr_repository = true
+enable_postgres       = true
+nonce_store_backend   = "postgresql"

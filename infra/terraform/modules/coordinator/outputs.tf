@@ -1,0 +1,19 @@
+output "service_name" {
+  description = "Name of the coordinator's ECS service."
+  value       = aws_ecs_service.coordinator.name
+}
+
+output "role_arn" {
+  description = "ARN of the coordinator's task role."
+  value       = aws_iam_role.task.arn
+}
+
+output "tls_secret_arn" {
+  description = "Secrets Manager secret to fill with the coordinator's TLS material (JSON keys cert, key, ca)."
+  value       = aws_secretsmanager_secret.tls.arn
+}
+
+output "registry_file_system_id" {
+  description = "EFS file system holding the registry log (null when PostgreSQL holds it)."
+  value       = try(aws_efs_file_system.registry[0].id, null)
+}

@@ -1,0 +1,11 @@
+provider "aws" {
+  region = var.region
+
+  default_tags {
+    tags = merge(var.tags, {
+      Project     = "countersign"
+      Environment = var.environment
+      ManagedBy   = "terraform"
+    })
+  }
+}
