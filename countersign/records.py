@@ -495,6 +495,8 @@ def parse_json(data: bytes | str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
     Deep nesting ends in the C parser's recursion guard (RecursionError), reported as malformed.
     Raises MalformedError for every way the input can be bad.
     """
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
     if len(data) > max_bytes:
         raise MalformedError(f"input exceeds {max_bytes} bytes")
     if isinstance(data, bytes | bytearray):

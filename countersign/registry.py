@@ -79,13 +79,16 @@ class Registry:
         """Parse the registry file format (docs/spec.md). Raises MalformedError."""
         if type(value) is not dict or value.keys() != REGISTRY_KEYS:
             raise MalformedError(f"registry must be an object with fields {sorted(REGISTRY_KEYS)}")
-        if value["v"] != FORMAT_VERSION or type(value["v"]) is not int:
+        if type(value["v"]) is not int:
+            raise MalformedError("registry.v must be an integer")
+        if value["v"] != FORMAT_VERSION:
             raise UnsupportedVersionError(f"registry version {value['v']!r} is not supported")
         sequence = _int(value["sequence"], "registry.sequence")
         deployers_value = value["deployers"]
         if type(deployers_value) is not dict:
             raise MalformedError("registry.deployers must be an object")
         deployers: dict[str, dict[str, KeyEntry]] = {}
+        owners: dict[str, str] = {}
         for deployer, body in deployers_value.items():
             if DEPLOYER_ID_PATTERN.fullmatch(deployer) is None:
                 raise MalformedError(f"invalid deployer id {deployer!r}")
@@ -94,8 +97,10 @@ class Registry:
             keys: dict[str, KeyEntry] = {}
             for item in body["keys"]:
                 entry = _parse_key(item, deployer)
-                if entry.key_id in keys:
-                    raise MalformedError(f"{deployer}: duplicate key {entry.key_id}")
+                if entry.key_id in owners:
+                    # One key serving two deployers could co-sign both ends of an edge between them.
+                    raise MalformedError(f"key {entry.key_id} is registered to {owners[entry.key_id]} and {deployer}")
+                owners[entry.key_id] = deployer
                 keys[entry.key_id] = entry
             deployers[deployer] = keys
         return cls(deployers, sequence)
@@ -131,9 +136,12 @@ def _parse_key(item: object, deployer: str) -> KeyEntry:
     public_key = PublicKey(b64url_decode(public, PUBLIC_KEY_LENGTH))
     if public_key.key_id != key_id:
         raise MalformedError(f"{deployer}: key_id {key_id} does not match its public key")
-    return KeyEntry(
+    entry = KeyEntry(
         public_key,
         _int(item["added_ms"], "added_ms"),
         _optional_int(item["retired_ms"], "retired_ms"),
         _optional_int(item["revoked_ms"], "revoked_ms"),
     )
+    if entry.retired_ms is not None and entry.retired_ms < entry.added_ms:
+        raise MalformedError(f"{deployer}: key {key_id} is retired before it was added")
+    return entry

@@ -32,6 +32,7 @@ class Mode(enum.StrEnum):
     """Verify without consuming or recording anything."""
 
 
+MAX_CLOCK_SKEW_MS = 3_600_000
 SIGNED_CONSTRUCTIONS = frozenset({Construction.LINKED_LIST, Construction.MERKLE, Construction.SIGNED_DAG})
 
 
@@ -46,6 +47,10 @@ class VerifierPolicy:
     constructions: frozenset[Construction] = field(default=SIGNED_CONSTRUCTIONS)
     clock_skew_ms: int = 60_000
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+            raise ValueError(f"clock_skew_ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
+
     @classmethod
     def unsafe_allow_baselines(cls, clock_skew_ms: int = 60_000) -> VerifierPolicy:
         """Accept all six constructions, including NO-CHAIN, HASH-ONLY and NAIVE-SIG."""
@@ -53,6 +58,12 @@ class VerifierPolicy:
 
 
 DEFAULT_POLICY = VerifierPolicy()
+
+
+def replay_key(deployer: str, nonce: str) -> str:
+    """What the durable state remembers for a record: its nonce in its issuer's namespace, so that one
+    deployer cannot use up another deployer's nonces (deployer ids cannot contain ``:``)."""
+    return f"{deployer}:{nonce}"
 
 
 def _reject(reason: Reason, index: int | None, detail: str) -> VerificationResult:
@@ -147,7 +158,7 @@ def verify_path(
         return _reject(Reason.OUTPUT_MISSING, leaf_index, "the leaf record has no output section")
     if DIGEST_PREFIX + hashlib.sha256(output).hexdigest() != leaf.output.sha256:
         return _reject(Reason.OUTPUT_MISMATCH, leaf_index, "SHA-256 of the output differs from the signed hash")
-    leaf_nonce = LeafNonce(leaf.nonce, leaf.expires_ms + policy.clock_skew_ms, leaf_index)
+    leaf_nonce = LeafNonce(replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index)
     rejection = state.admit(edges, leaf_nonce, consume=mode is Mode.ACCEPT, now_ms=now_ms)
     if rejection is not None:
         detail = (
@@ -334,6 +345,8 @@ def _collect(
                 raise _Failure(index, _STEP_PARENT, Reason.PARENT_MISMATCH, "the root must not reference a parent")
             if record.depth != 0:
                 raise _Failure(index, _STEP_DEPTH, Reason.DEPTH_MISMATCH, "the root must have depth 0")
+            if record.cosigs:
+                raise _Failure(index, _STEP_COSIGNERS, Reason.MALFORMED, "a root has no edge to co-sign")
         else:
             if not links_parent:
                 expected: str | None = None
@@ -353,7 +366,11 @@ def _collect(
             if enforces_fanout:
                 edges.append(
                     ChildEdge(
-                        parent_digest, record.nonce, parent_record.max_children, parent_record.expires_ms + skew, index
+                        parent_digest,
+                        replay_key(record.deployer, record.nonce),
+                        parent_record.max_children,
+                        parent_record.expires_ms + skew,
+                        index,
                     )
                 )
         if record.policy.max_depth is not None and record.policy.max_depth < depth_limit:

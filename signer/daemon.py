@@ -47,7 +47,7 @@ from countersign.service.config import ConfigError, TlsConfig, parse_address, pa
 from countersign.service.errors import ServiceError, from_rpc_error, servicer_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
-from countersign.verify import VerifierPolicy, edge_violation, verify_structure
+from countersign.verify import MAX_CLOCK_SKEW_MS, VerifierPolicy, edge_violation, verify_structure
 from signer.backends import load_signer
 from signer.store import Grant, SignerStore, Transaction
 
@@ -90,6 +90,8 @@ class SignerConfig:
             self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
         )
         parse_operator_key(self.operator_public_key)
+        if not 0 <= self.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+            raise ConfigError(f"clock_skew_ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
         if not 0 <= self.max_depth <= MAX_DEPTH:
             raise ConfigError(f"max_depth must be between 0 and {MAX_DEPTH}")
         if self.cosign_timeout_ms < 1:

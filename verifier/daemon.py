@@ -23,7 +23,7 @@ from countersign.service.config import ConfigError, TlsConfig, parse_address, pa
 from countersign.service.errors import ServiceError, servicer_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.state import VerifierState
-from countersign.verify import DEFAULT_POLICY, Mode, VerifierPolicy, malformed_result, verify_path
+from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, VerifierPolicy, malformed_result, verify_path
 from verifier.stores import StoreConfigError, open_store
 
 log = logging.getLogger("countersign.verifier")
@@ -58,6 +58,8 @@ class VerifierConfig:
             self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
         )
         parse_operator_key(self.operator_public_key)
+        if not 0 <= self.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+            raise ConfigError(f"clock_skew_ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
         if self.staleness_ms < 1:
             raise ConfigError("staleness_ms must be positive")
         if not self.registry_cache:

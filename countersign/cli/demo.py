@@ -1,19 +1,25 @@
-"""``countersign demo --offline``: the protocol in one process, no daemons.
+"""``countersign demo``: the local mesh, end to end (``make demo``); ``--offline`` runs it in one process.
 
-A Planner at deployer A delegates to a Researcher at deployer B, who delegates to a Writer at
-deployer C. The path is SIGNED-DAG: each cross-deployer edge is co-signed by both deployers. Then the
-adversary tries a replay, a substituted output and a graft with a stolen child key.
+The mesh demo starts a coordinator, three deployers' signers and a verifier as real processes on
+loopback with mTLS, enrols the deployers through operator-signed statements, runs a Planner
+(deployer-a) -> Researcher (deployer-b) -> Writer (deployer-c) delegation with output receipts,
+verifies the final output through the verifier service, and then shows the attacks and limits.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import shutil
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path as FilePath
+from typing import TYPE_CHECKING
 
-from countersign.canonical import sha256_digest
-from countersign.cli.main import EXIT_OK, EXIT_REJECTED
+from countersign.canonical import b64url_encode, sha256_digest
+from countersign.cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 from countersign.cli.offline import now_ms, render_tree
 from countersign.constructions import (
     EdgeProposal,
@@ -24,35 +30,265 @@ from countersign.constructions import (
     local_parent_cosigner,
     seal,
 )
-from countersign.reasons import VerificationResult
+from countersign.keys import Signer
+from countersign.reasons import Reason, VerificationResult
 from countersign.records import AgentRef, BindingScope, Construction, CoSignerRole, Envelope, OutputReceipt, Path
 from countersign.samples import SampleMesh
+
+if TYPE_CHECKING:
+    from countersign.service.clients import VerifierClient
 from countersign.verify import Mode, verify_path
 
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
 ROLES = ("planner", "researcher", "writer")
+OUTPUTS = (
+    b"plan: research the question, then write it up\n",
+    b"findings: three independent sources agree\n",
+    b"Final report: the three sources agree on the answer.\n",
+)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = commands.add_parser("demo", help="run the demonstration")
+    demo = commands.add_parser("demo", help="run the local mesh demonstration (make demo)")
     demo.add_argument("--offline", action="store_true", help="in one process, without daemons")
+    demo.add_argument("--export", help="leave the final path, output, registry export and operator key here")
+    demo.add_argument("--workdir", help="keep the mesh's keys, configs, state and logs here (default: temporary)")
+    demo.add_argument("--plaintext", action="store_true", help="mTLS off (loopback only)")
     demo.set_defaults(handler=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return run_offline_demo()
+    if args.offline:
+        return run_offline_demo()
+    return run_mesh_demo(
+        export=None if args.export is None else FilePath(args.export),
+        workdir=None if args.workdir is None else FilePath(args.workdir),
+        tls=not args.plaintext,
+    )
 
 
-def _line(label: str, result: VerificationResult, expect_accept: bool) -> tuple[str, bool]:
-    verdict = result.verdict.value if result else f"{result.verdict.value} {result.reason} at [{result.index}]"
-    ok = bool(result) == expect_accept
-    return f"  {'ok ' if ok else 'BAD'} {label:<58} {verdict}", ok
+class Report:
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+
+    def outcome(self, label: str, result: VerificationResult, expected: Reason | None, note: str = "") -> None:
+        ok = (expected is None and bool(result)) or (expected is not None and result.reason is expected)
+        verdict = "ACCEPT" if result else f"REJECT {result.reason} at record {result.index}"
+        print(f"  {'ok ' if ok else 'BAD'} {label:<62} {verdict}{note}", flush=True)
+        if not ok:
+            self.failed.append(label)
 
 
-def delegate(mesh: SampleMesh, construction: Construction, outputs: list[bytes], now: int, system: str) -> Path:
-    """Planner (A) -> Researcher (B) -> Writer (C), each emitting an output receipt."""
+# --- the graft with a stolen child key ---------------------------------------------------------
+
+
+def graft_with_stolen_key(
+    honest: Path, stolen: Signer, child_deployer: str, output: bytes, now: int, parent_key_id: str
+) -> Path:
+    """Hang a record of the adversary's own under the honest root, signed with a stolen child key.
+
+    The root's deployer never agreed, so there is no parent co-signature; under SIGNED-DAG the best
+    the adversary can do is reuse the parent's co-signature from the honest edge (it covers another
+    edge manifest). LINKED-LIST asks for nothing more than the child's own signature.
+    """
+    root = honest.envelopes[0]
+    construction = root.record.construction
+    fields = RecordFields(
+        deployer=child_deployer,
+        agent=AgentRef("rogue-researcher", root.record.agent.system),
+        created_ms=now,
+        expires_ms=min(now + 500_000, root.record.expires_ms),
+        max_children=0,
+        output=OutputReceipt(sha256_digest(output), BindingScope.PER_TURN, "rogue-session", 0, None),
+    )
+    draft = draft_record(construction, fields, stolen.key_id, [root])
+    if construction.cosigns_edges:
+        proposal = EdgeProposal(root, draft, parent_key_id)
+        reused = next(e.record.cosigs[0] for e in honest.envelopes[1:] if e.record.cosigs)
+        draft = replace(draft, cosigs=(reused, cosign(proposal, stolen, CoSignerRole.CHILD)))
+    return Path((root, seal(draft, stolen)))
+
+
+# --- the mesh demo -----------------------------------------------------------------------------
+
+
+def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: bool) -> int:
+    from countersign.admission import StatementKind
+    from countersign.keys import Ed25519Signer
+    from countersign.service.localmesh import LocalMesh, MeshError
+
+    temporary = workdir is None
+    root_dir = FilePath(tempfile.mkdtemp(prefix="countersign-demo-")) if workdir is None else workdir
+    mesh = LocalMesh(root_dir / "mesh", deployers=DEPLOYERS, tls=tls, staleness_ms=30_000, heartbeat_ms=250)
+    report = Report()
+    print(f"Countersign demo: a local mesh on loopback ({'mTLS' if tls else 'plaintext'}), work dir {root_dir}\n")
+    try:
+        started = time.perf_counter()
+        mesh.setup().start_all()
+        for name, daemon in mesh.daemons.items():
+            print(f"  started {name:<12} pid {daemon.process.pid if daemon.process else '-':<7} {daemon.address}")
+        mesh.enrol_all()
+        elapsed = time.perf_counter() - started
+        print(f"  operator enrolled {', '.join(DEPLOYERS)} (registry sequence 3) in {elapsed:.1f} s\n")
+
+        runtimes = {d: mesh.runtime(d) for d in DEPLOYERS}
+        address = {d: mesh.daemons[d].address for d in DEPLOYERS}
+        system = f"demo-{int(time.time())}"
+        print("Delegation: Planner (deployer-a) -> Researcher (deployer-b) -> Writer (deployer-c)")
+        planner = runtimes["deployer-a"].root("planner-1", system, max_children=4)
+        planner_receipt = runtimes["deployer-a"].receipt(
+            planner, hashlib.sha256(OUTPUTS[0]).digest(), session="planner"
+        )
+        grant_b = runtimes["deployer-a"].open_grant(planner, "deployer-b")
+        researcher = runtimes["deployer-b"].accept(planner, grant_b, address["deployer-a"], "researcher-1")
+        runtimes["deployer-b"].receipt(researcher, hashlib.sha256(OUTPUTS[1]).digest(), session="researcher")
+        grant_c = runtimes["deployer-b"].open_grant(researcher, "deployer-c")
+        writer = runtimes["deployer-c"].accept(researcher, grant_c, address["deployer-b"], "writer-1")
+        final = runtimes["deployer-c"].receipt(writer, hashlib.sha256(OUTPUTS[2]).digest(), session="writer")
+        print(f"  planner receipt, 2 co-signed cross-deployer edges, writer receipt: {len(final)} records\n")
+        print(render_tree(final))
+        print()
+
+        verifier = mesh.verifier_client()
+        data = final.to_bytes()
+        print("Verification through the verifier service:")
+        report.outcome("final output of the Writer", verifier.verify(data, OUTPUTS[2])[0], None)
+        report.outcome("replay of the same path", verifier.verify(data, OUTPUTS[2])[0], Reason.NONCE_REPLAYED)
+        report.outcome(
+            "substituted output bytes",
+            verifier.verify(data, b"Final report: they disagree.\n")[0],
+            Reason.OUTPUT_MISMATCH,
+        )
+        report.outcome(
+            "planner's receipt (a sibling branch; audit mode)",
+            verifier.verify(planner_receipt.to_bytes(), OUTPUTS[0], audit=True)[0],
+            None,
+        )
+
+        stolen = mesh.deployer_keys["deployer-b"]
+        rogue = b"rogue findings the planner never asked for\n"
+        now = now_ms()
+        graft = graft_with_stolen_key(final, stolen, "deployer-b", rogue, now, mesh.deployer_keys["deployer-a"].key_id)
+        report.outcome(
+            "graft under the Planner with deployer-b's stolen key", verifier.verify(graft.to_bytes(), rogue)[0],
+            Reason.BAD_COSIGNATURE,
+        )  # fmt: skip
+        linked = linked_list_root(mesh.deployer_keys["deployer-a"], system, now)
+        graft_ll = graft_with_stolen_key(
+            linked, stolen, "deployer-b", rogue, now, mesh.deployer_keys["deployer-a"].key_id
+        )
+        report.outcome(
+            "same graft under LINKED-LIST", verifier.verify(graft_ll.to_bytes(), rogue)[0], None,
+            note="  <- known limit: the child signs alone",
+        )  # fmt: skip
+
+        print("\nRevocation without restart:")
+        operator = mesh.operator_client()
+        extra = Ed25519Signer.generate()
+        operator.submit(
+            StatementKind.ENROL_DEPLOYER,
+            "deployer-d",
+            extra.key_id,
+            public_key=b64url_encode(extra.public_key),
+            at_ms=0,
+        )
+        mesh.wait_for_registry(4)
+        d_path = single_root(extra, "deployer-d", system, now_ms())
+        report.outcome("a path signed by deployer-d (audit)", wait_for(verifier, d_path, None), None)
+        revoked_at = time.perf_counter()
+        operator.submit(StatementKind.REVOKE_KEY, "deployer-d", extra.key_id, note="demo: key reported stolen")
+        result = wait_for(verifier, d_path, Reason.KEY_REVOKED)
+        delay_ms = (time.perf_counter() - revoked_at) * 1000
+        report.outcome("the same path after the operator revoked the key", result, Reason.KEY_REVOKED,
+                       note=f"  (visible after {delay_ms:.0f} ms)")  # fmt: skip
+        operator.close()
+
+        if export is not None:
+            export_evidence(mesh, export, final, OUTPUTS[2])
+        verifier.close()
+        for client in runtimes.values():
+            client.close()
+    except MeshError as exc:
+        raise UsageError(f"the mesh did not start: {exc}") from None
+    finally:
+        codes = mesh.stop_all()
+        print(f"\nshut down: {', '.join(f'{n} exit {c}' for n, c in codes.items())}")
+        if temporary:
+            shutil.rmtree(root_dir, ignore_errors=True)
+    unclean = [name for name, code in codes.items() if code not in (0, None)]
+    if unclean:
+        report.failed += [f"{name} did not exit cleanly" for name in unclean]
+    print("all outcomes as expected" if not report.failed else f"NOT as expected: {', '.join(report.failed)}")
+    return EXIT_OK if not report.failed else EXIT_REJECTED
+
+
+def wait_for(
+    verifier: VerifierClient, path: Path, reason: Reason | None, timeout_s: float = 10.0
+) -> VerificationResult:
+    """Audit ``path`` until the verdict has ``reason`` (None: accepted) or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result, _ = verifier.verify(path.to_bytes(), b"deployer-d output\n", audit=True)
+        if result.reason is reason or time.monotonic() > deadline:
+            return result
+        time.sleep(0.005)
+
+
+def single_root(key: Signer, deployer: str, system: str, now: int) -> Path:
+    fields = RecordFields(
+        deployer=deployer,
+        agent=AgentRef("mobile-agent-1", system),
+        created_ms=now,
+        expires_ms=now + 600_000,
+        output=OutputReceipt(sha256_digest(b"deployer-d output\n"), BindingScope.PER_SESSION, "d-session", 0, None),
+    )
+    return Path((issue(Construction.SIGNED_DAG, fields, key),))
+
+
+def linked_list_root(key: Signer, system: str, now: int) -> Path:
+    fields = RecordFields(
+        deployer="deployer-a", agent=AgentRef("planner-ll", system), created_ms=now, expires_ms=now + 600_000
+    )
+    return Path((issue(Construction.LINKED_LIST, fields, key),))
+
+
+def export_evidence(mesh: object, out: FilePath, path: Path, output: bytes) -> None:
+    from countersign.admission import AdmissionLog, SignedStatement
+    from countersign.keys import PublicKey
+    from countersign.service.clients import coordinator_log
+    from countersign.service.localmesh import LocalMesh
+
+    assert isinstance(mesh, LocalMesh)
+    out.mkdir(parents=True, exist_ok=True)
+    operator_key = PublicKey(mesh.operator.public_key)
+    log = AdmissionLog(operator_key)
+    log.extend(
+        [
+            SignedStatement.from_bytes(s)
+            for s in coordinator_log(mesh.daemons["coordinator"].address, mesh.tls_for("client"))
+        ]
+    )
+    (out / "path.json").write_bytes(path.to_bytes())
+    (out / "output.bin").write_bytes(output)
+    (out / "registry.json").write_text(json.dumps(log.registry.to_json(), indent=2) + "\n")
+    (out / "registry-log.json").write_text(
+        json.dumps({"statements": [s.to_json() for s in log.entries]}, indent=2) + "\n"
+    )
+    (out / "operator.pub.json").write_text(
+        json.dumps({"key_id": operator_key.key_id, "public_key": b64url_encode(operator_key.raw)}) + "\n"
+    )
+    print(f"\nexported to {out}: path.json output.bin registry.json registry-log.json operator.pub.json")
+    print(f"  check offline: countersign verify --path {out}/path.json --output {out}/output.bin "
+          f"--registry {out}/registry.json --audit")  # fmt: skip
+
+
+# --- the offline demo --------------------------------------------------------------------------
+
+
+def delegate(mesh: SampleMesh, construction: Construction, now: int, system: str) -> Path:
+    """Planner (A) -> Researcher (B) -> Writer (C), each record carrying its output receipt."""
     envelopes: list[Envelope] = []
-    for index, (deployer, role, output) in enumerate(zip(DEPLOYERS, ROLES, outputs, strict=True)):
+    for index, (deployer, role, output) in enumerate(zip(DEPLOYERS, ROLES, OUTPUTS, strict=True)):
         fields = RecordFields(
             deployer=deployer,
             agent=AgentRef(f"{role}-1", system),
@@ -75,45 +311,17 @@ def delegate(mesh: SampleMesh, construction: Construction, outputs: list[bytes],
     return Path(tuple(envelopes))
 
 
-def graft_with_stolen_key(mesh: SampleMesh, honest: Path, construction: Construction, output: bytes, now: int) -> Path:
-    """The adversary holds deployer B's key and hangs a record of its own under the Planner's root.
-
-    Deployer A never agreed, so there is no parent co-signature; the best the adversary can do under
-    SIGNED-DAG is to reuse A's co-signature from the honest A->B edge (it covers another manifest).
-    """
-    root = honest.envelopes[0]
-    stolen = mesh.signers["deployer-b"]
-    fields = RecordFields(
-        deployer="deployer-b",
-        agent=AgentRef("rogue-researcher", root.record.agent.system),
-        created_ms=now,
-        expires_ms=now + 500_000,
-        output=OutputReceipt(sha256_digest(output), BindingScope.PER_TURN, "rogue-session", 0, None),
-    )
-    draft = draft_record(construction, fields, stolen.key_id, [root])
-    if construction.cosigns_edges:
-        proposal = EdgeProposal(root, draft, mesh.signers["deployer-a"].key_id)
-        reused_parent_cosig = honest.envelopes[1].record.cosigs[0]
-        draft = replace(draft, cosigs=(reused_parent_cosig, cosign(proposal, stolen, CoSignerRole.CHILD)))
-    return Path((root, seal(draft, stolen)))
-
-
 def run_offline_demo() -> int:
     from verifier.stores.sqlite import SqliteState
 
     now = now_ms()
     mesh = SampleMesh.create(DEPLOYERS)
-    outputs = [
-        b"plan: research the question, then write it up\n",
-        b"findings: three sources agree\n",
-        b"Final report: the three sources agree on the answer.\n",
-    ]
-    path = delegate(mesh, Construction.SIGNED_DAG, outputs, now, "demo-system")
-    final = outputs[-1]
+    path = delegate(mesh, Construction.SIGNED_DAG, now, "demo-system")
+    final = OUTPUTS[-1]
     print("Countersign offline demo: Planner (deployer-a) -> Researcher (deployer-b) -> Writer (deployer-c)\n")
     print(render_tree(path))
     print()
-    lines: list[tuple[str, bool]] = []
+    report = Report()
     with tempfile.TemporaryDirectory(prefix="countersign-demo-") as workdir:
         state = SqliteState(FilePath(workdir) / "verifier-state.db")
         try:
@@ -121,25 +329,23 @@ def run_offline_demo() -> int:
             def check(p: Path, output: bytes, mode: Mode = Mode.ACCEPT) -> VerificationResult:
                 return verify_path(p, output, registry=mesh.registry, state=state, mode=mode, now_ms=now)
 
-            lines.append(_line("final output verified (SIGNED-DAG, 7 signatures)", check(path, final), True))
-            lines.append(_line("replay of the same path", check(path, final), False))
-            lines.append(
-                _line("audit of the consumed path (audit mode consumes nothing)", check(path, final, Mode.AUDIT), True)
+            report.outcome("final output verified (SIGNED-DAG, 7 signatures)", check(path, final), None)
+            report.outcome("replay of the same path", check(path, final), Reason.NONCE_REPLAYED)
+            report.outcome("audit of the consumed path (consumes nothing)", check(path, final, Mode.AUDIT), None)
+            report.outcome(
+                "substituted output bytes", check(path, b"Final report: they disagree.\n"), Reason.OUTPUT_MISMATCH
             )
-            substituted = b"Final report: the sources disagree.\n"
-            lines.append(_line("substituted output bytes", check(path, substituted), False))
             rogue = b"rogue output the planner never asked for\n"
-            graft = graft_with_stolen_key(mesh, path, Construction.SIGNED_DAG, rogue, now)
-            lines.append(_line("graft under the Planner with deployer-b's stolen key", check(graft, rogue), False))
-            linked = delegate(mesh, Construction.LINKED_LIST, outputs, now, "demo-linked")
-            graft_ll = graft_with_stolen_key(mesh, linked, Construction.LINKED_LIST, rogue, now)
-            lines.append(
-                _line("same graft under LINKED-LIST (known limit: child signs alone)", check(graft_ll, rogue), True)
+            stolen = mesh.signers["deployer-b"]
+            parent_key = mesh.signers["deployer-a"].key_id
+            graft = graft_with_stolen_key(path, stolen, "deployer-b", rogue, now, parent_key)
+            report.outcome(
+                "graft under the Planner with deployer-b's stolen key", check(graft, rogue), Reason.BAD_COSIGNATURE
             )
+            linked = delegate(mesh, Construction.LINKED_LIST, now, "demo-linked")
+            graft_ll = graft_with_stolen_key(linked, stolen, "deployer-b", rogue, now, parent_key)
+            report.outcome("same graft under LINKED-LIST", check(graft_ll, rogue), None, note="  <- known limit")
         finally:
             state.close()
-    for text, _ in lines:
-        print(text)
-    failed = [text for text, ok in lines if not ok]
-    print("\nall outcomes as expected" if not failed else f"\n{len(failed)} outcomes NOT as expected")
-    return EXIT_OK if not failed else EXIT_REJECTED
+    print("\nall outcomes as expected" if not report.failed else f"\nNOT as expected: {', '.join(report.failed)}")
+    return EXIT_OK if not report.failed else EXIT_REJECTED

@@ -17,7 +17,7 @@ from countersign.keys import Ed25519Signer
 from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path, parse_json
 from countersign.registry import Registry
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
-from countersign.verify import DEFAULT_POLICY, Mode, VerifierPolicy, malformed_result, verify_path
+from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, VerifierPolicy, malformed_result, verify_path
 
 MAX_OUTPUT_BYTES = 64 << 20
 
@@ -69,14 +69,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def read_bytes(location: str, what: str, limit: int) -> bytes:
-    """Read a whole file, or raise UsageError with a clear message."""
+def read_bytes(location: str, what: str, limit: int, *, oversize_is_usage_error: bool = True) -> bytes:
+    """Read a whole file (at most ``limit`` + 1 bytes), or raise UsageError with a clear message.
+
+    A path file that is too large is still read (truncated) so that verification reports it as
+    MALFORMED, like any other bad path; other oversized inputs are usage errors.
+    """
     try:
         with open(location, "rb") as handle:
             data = handle.read(limit + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {what} {location}: {exc.strerror}") from None
-    if len(data) > limit:
+    if len(data) > limit and oversize_is_usage_error:
         raise UsageError(f"{what} {location} exceeds {limit} bytes")
     return data
 
@@ -153,8 +157,10 @@ def cmd_sample_path(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from verifier.stores import StoreConfigError, open_store
 
-    path_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES)
+    path_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     output = read_bytes(args.output, "output", MAX_OUTPUT_BYTES)
+    if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+        raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
     if args.verifier:
         return verify_remotely(args, path_bytes, output)
     if args.registry is None:

@@ -144,9 +144,7 @@ class SignerClient:
             raise from_rpc_error(exc) from None
 
     def root(self, instance: str, system: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
-        agent = signer_pb2.AgentFields(
-            instance=instance, system=system, ttl_ms=ttl_ms, max_children=max_children
-        )
+        agent = signer_pb2.AgentFields(instance=instance, system=system, ttl_ms=ttl_ms, max_children=max_children)
         response = self._call("IssueRoot", signer_pb2.IssueRootRequest(agent=agent))
         return Path.from_bytes(response.path)  # type: ignore[attr-defined]
 

@@ -224,3 +224,30 @@ def test_lineage_only_check_skips_primary_signatures_but_not_cosignatures() -> N
     assert (
         check_lineage(Path.from_json(document), registry=MESH.registry, now_ms=NOW_MS).reason is Reason.BAD_COSIGNATURE
     )
+
+
+def test_one_deployer_cannot_use_up_another_deployers_nonce() -> None:
+    """Consumed nonces live in their issuer's namespace: a front-running record with the victim's
+    nonce by another admitted deployer does not make the victim's path a replay."""
+    victim = _dag(["deployer-a"])
+    nonce = victim.leaf.record.nonce
+    squatter = MESH.issue_path(Construction.SIGNED_DAG, ["deployer-b"], b"out", now_ms=NOW_MS, nonces=[nonce])
+    state = InMemoryState()
+    assert run(squatter, b"out", state=state)
+    assert run(victim, b"out", state=state)
+    assert run(victim, b"out", state=state).reason is Reason.NONCE_REPLAYED
+
+
+def test_registry_refuses_one_key_for_two_deployers() -> None:
+    from countersign.errors import MalformedError
+
+    document = MESH.registry.to_json()
+    deployers = document["deployers"]  # type: ignore[index]
+    deployers["deployer-b"]["keys"].append(deployers["deployer-a"]["keys"][0])  # type: ignore[index]
+    with pytest.raises(MalformedError, match="registered to deployer-a and deployer-b"):
+        Registry.from_json(document)
+
+
+def test_negative_clock_skew_is_refused() -> None:
+    with pytest.raises(ValueError, match="clock_skew_ms"):
+        VerifierPolicy(clock_skew_ms=-1)

@@ -354,6 +354,17 @@ def invalid_vectors(m: SampleMesh) -> list[dict[str, Any]]:
         "PARENT_MISMATCH",
         2,
     )
+    root_cosigned = list(dag.envelopes)
+    root_cosigned[0] = seal(
+        replace(dag.envelopes[0].record, cosigs=dag.envelopes[1].record.cosigs), m.signers["deployer-a"]
+    )
+    add(
+        "root-with-cosignatures",
+        "a root carrying co-signatures copied from an edge",
+        _relinked(m, root_cosigned, 1),
+        "MALFORMED",
+        0,
+    )
     root_parent = resign(m, dag, 0, lambda r: replace(r, parent=sha256_digest(b"x")))
     add(
         "root-with-parent",

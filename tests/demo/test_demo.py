@@ -1,0 +1,55 @@
+"""The README's first command: the mesh demo runs as real processes, exits 0, and its export checks offline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.daemons
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "countersign", *args], capture_output=True, text=True, timeout=180)
+
+
+def test_mesh_demo_shows_every_outcome_and_exports_checkable_evidence(tmp_path: Path) -> None:
+    export = tmp_path / "export"
+    result = run("demo", "--export", str(export), "--workdir", str(tmp_path / "work"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    out = result.stdout
+    for line in (
+        "final output of the Writer",
+        "REJECT NONCE_REPLAYED",
+        "REJECT OUTPUT_MISMATCH",
+        "REJECT BAD_COSIGNATURE",
+        "known limit",
+        "REJECT KEY_REVOKED",
+        "all outcomes as expected",
+    ):
+        assert line in out, line
+    assert "BAD " not in out
+    shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
+    assert shutdown.count("exit 0") == 5
+    assert {p.name for p in export.iterdir()} == {
+        "path.json", "output.bin", "registry.json", "registry-log.json", "operator.pub.json",
+    }  # fmt: skip
+    offline = run(
+        "verify", "--path", str(export / "path.json"), "--output", str(export / "output.bin"),
+        "--registry", str(export / "registry.json"), "--audit",
+    )  # fmt: skip
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert json.loads(offline.stdout)["verdict"] == "ACCEPT"
+    statements = json.loads((export / "registry-log.json").read_text())["statements"]
+    assert [s["statement"]["kind"] for s in statements][-1] == "revoke_key"
+
+
+def test_plaintext_demo_needs_no_certificates(tmp_path: Path) -> None:
+    result = run("demo", "--plaintext", "--workdir", str(tmp_path / "work"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "plaintext" in result.stdout
+    assert not (tmp_path / "work" / "mesh" / "pki" / "ca.pem").exists()
