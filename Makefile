@@ -28,8 +28,10 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(VENV)/bin/mypy countersign signer verifier coordinator
 
+# Tests that restart shared services run alone, after the parallel run.
 unit: $(STAMP)
-	$(VENV)/bin/pytest --ignore=tests/infra -n 2
+	$(VENV)/bin/pytest --ignore=tests/infra -n 2 -m "not exclusive"
+	$(VENV)/bin/pytest --ignore=tests/infra -m exclusive
 
 proto: $(STAMP)
 	$(PY) proto/generate.py

@@ -12,6 +12,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from countersign.service.config import ConfigError
+from countersign.service.sqlite import open_sqlite
 
 
 class LogConflict(Exception):
@@ -34,9 +35,7 @@ class SqliteLogStore:
     def __init__(self, path: str) -> None:
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = open_sqlite(path)
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS registry_log"
                 " (sequence INTEGER PRIMARY KEY, digest TEXT NOT NULL, statement BLOB NOT NULL)"

@@ -1,7 +1,7 @@
 """Ed25519 keys, key identifiers and the :class:`Signer` seam.
 
-Verification uses PyNaCl (libsodium), picked on measured speed (see docs/adr/0002-pynacl-for-ed25519.md): on this machine it
-verifies in about 54 µs where ``cryptography`` takes about 108 µs. libsodium's verifier is strict: it
+Verification uses PyNaCl (libsodium), picked on measured speed (docs/adr/0002-pynacl-for-ed25519.md):
+on this machine it verifies in about 54 µs where ``cryptography`` takes about 108 µs. libsodium's verifier is strict: it
 rejects non-canonical ``S``, non-canonical or small-order public keys and small-order ``R``, so a
 signature has exactly one accepted encoding.
 """

@@ -495,17 +495,13 @@ def parse_json(data: bytes | str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
     Deep nesting ends in the C parser's recursion guard (RecursionError), reported as malformed.
     Raises MalformedError for every way the input can be bad.
     """
-    if isinstance(data, str):
-        data = data.encode("utf-8", "surrogatepass")
-    if len(data) > max_bytes:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if len(raw) > max_bytes:
         raise MalformedError(f"input exceeds {max_bytes} bytes")
-    if isinstance(data, bytes | bytearray):
-        try:
-            text = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedError(f"input is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    else:
-        text = data
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedError(f"input is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
         return json.loads(
             text,

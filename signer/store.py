@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from countersign.errors import StateUnavailable
 from countersign.service.config import ConfigError
+from countersign.service.sqlite import open_sqlite
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS issued (digest TEXT PRIMARY KEY, path BLOB NOT NULL,"
@@ -49,9 +50,7 @@ class SignerStore:
             raise ConfigError(f"state_url must look like sqlite:///path/signer.db, got {url!r}")
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(parts.path, isolation_level=None, check_same_thread=False, timeout=5)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = open_sqlite(parts.path)
             for statement in SCHEMA:
                 self._db.execute(statement)
         except sqlite3.Error as exc:

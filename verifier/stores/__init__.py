@@ -1,7 +1,10 @@
 """Durable verifier state backends, chosen by URL.
 
-``memory:`` (process-local, for tests), ``sqlite:///path/to/file.db`` (embedded default). Shared
-backends for verifier replicas are added by URL scheme as well.
+``memory:`` (process-local, for tests), ``sqlite:///path/to/file.db`` (embedded default), and the
+backends shared by verifier replicas: ``postgresql://user@host:5432/db?schema=countersign`` (needs the
+``postgres`` extra) and ``dynamodb://TABLE?region=REGION`` (needs the ``aws`` extra). Each backend
+module is imported only when its scheme is used, so this package imports without the optional extras.
+See docs/stores.md.
 """
 
 from __future__ import annotations
@@ -30,7 +33,29 @@ def _memory(url: str) -> VerifierState:
     return InMemoryState()
 
 
-STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierState]] = {"sqlite": _sqlite, "memory": _memory}
+def _postgresql(url: str) -> VerifierState:
+    try:
+        from verifier.stores.postgres import PostgresState
+    except ImportError as exc:
+        raise StoreConfigError(f"{url.split(':', 1)[0]} store needs the 'postgres' extra (psycopg): {exc}") from exc
+    return PostgresState(url)
+
+
+def _dynamodb(url: str) -> VerifierState:
+    try:
+        from verifier.stores.dynamodb import DynamoDbState
+    except ImportError as exc:
+        raise StoreConfigError(f"dynamodb store needs the 'aws' extra (boto3): {exc}") from exc
+    return DynamoDbState(url)
+
+
+STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierState]] = {
+    "sqlite": _sqlite,
+    "memory": _memory,
+    "postgresql": _postgresql,
+    "postgres": _postgresql,
+    "dynamodb": _dynamodb,
+}
 
 
 def open_store(url: str) -> VerifierState:

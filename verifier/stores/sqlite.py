@@ -13,6 +13,7 @@ from pathlib import Path
 
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
+from countersign.service.sqlite import open_sqlite
 from countersign.state import ChildEdge, LeafNonce, StateRejection
 
 SCHEMA_VERSION = 1
@@ -34,11 +35,7 @@ class SqliteState:
         self.path = str(path)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(
-                self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = open_sqlite(self.path, busy_timeout_ms=busy_timeout_ms)
             self._migrate()
         except sqlite3.Error as exc:
             raise StateUnavailable(f"cannot open SQLite state {self.path}: {exc}") from exc

@@ -1,0 +1,416 @@
+"""PostgreSQL verifier state: one database shared by any number of verifier replicas.
+
+URL: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?PARAMS]``. Every libpq parameter passes
+through (``sslmode``, ``options``, ...); the store reads its own parameters and strips them:
+
+* ``schema``: the schema holding the tables (default ``countersign``; also taken from
+  ``options=-csearch_path=NAME`` when ``schema`` is absent). Created if missing.
+* ``connect_timeout``: seconds to wait for a connection, also the longest an admit waits for a free
+  pooled connection while the server is down (default 3).
+* ``statement_timeout_ms``: server-side bound on one statement, lock waits included (default 10000).
+* ``pool_min_size`` / ``pool_max_size``: connection pool bounds (default 1 / 8).
+
+The password, when the URL has none, comes from ``COUNTERSIGN_STORE_PASSWORD`` (then libpq's own
+``PGPASSWORD`` / ``.pgpass``).
+
+Atomicity: the whole of :meth:`PostgresState.admit` is ONE statement, ``SELECT countersign_admit(...)``,
+run in autocommit, so one round trip and one transaction. The function, installed by the migrations,
+first locks the counter row of every parent on the path (creating missing rows) in sorted order
+(``INSERT ... ON CONFLICT DO UPDATE``), so two admits sharing parents serialise per parent and cannot
+deadlock; it then checks each edge against the locked counters, records new children (incrementing
+the counter only when the child row is really new) and finally consumes the leaf nonce with
+``INSERT ... ON CONFLICT DO NOTHING``: exactly one of any number of concurrent consumers inserts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from countersign.errors import StateUnavailable
+from countersign.reasons import Reason
+from countersign.state import ChildEdge, LeafNonce, StateRejection
+
+SCHEMA_VERSION = 1
+DEFAULT_SCHEMA = "countersign"
+PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
+_OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
+_SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*([^\s,]+)")
+# Deadlocks cannot arise between admits (parents are locked in one order), but a retry on these
+# codes costs nothing: the transaction was rolled back as a whole, so nothing was recorded.
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+_ADMIT_ATTEMPTS = 3
+
+# Result codes of countersign_admit: >= 0 is the position (in the edge list) of a fan-out rejection.
+_ACCEPTED = -1
+_REPLAYED = -2
+
+# Each entry is one migration: its statements run in one transaction under the migration lock.
+# ``{schema}`` is replaced by the quoted schema name; nothing else in these texts uses braces.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "CREATE TABLE {schema}.consumed_nonces ( nonce text PRIMARY KEY, retain_until_ms bigint NOT NULL)",
+        "CREATE INDEX consumed_nonces_retention ON {schema}.consumed_nonces (retain_until_ms)",
+        # One row per parent that has (or had) children: the row every admit locks, and the count.
+        "CREATE TABLE {schema}.child_sets ("
+        " parent text PRIMARY KEY, child_count integer NOT NULL CHECK (child_count >= 0),"
+        " retain_until_ms bigint NOT NULL)",
+        "CREATE INDEX child_sets_retention ON {schema}.child_sets (retain_until_ms)",
+        "CREATE TABLE {schema}.children ("
+        " parent text NOT NULL, child text NOT NULL, retain_until_ms bigint NOT NULL,"
+        " PRIMARY KEY (parent, child))",
+        "CREATE INDEX children_retention ON {schema}.children (retain_until_ms)",
+        """
+CREATE FUNCTION {schema}.countersign_admit(
+    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
+    p_nonce text, p_nonce_retain bigint, p_consume boolean) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n integer := coalesce(array_length(p_parents, 1), 0);
+    held integer;
+BEGIN
+    IF p_consume AND n > 0 THEN
+        -- Lock every parent's counter row, creating missing ones, in one global order: concurrent
+        -- admits that share parents queue on the rows instead of deadlocking.
+        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
+            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
+            GROUP BY e.parent ORDER BY e.parent
+        ON CONFLICT (parent) DO UPDATE
+            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
+    END IF;
+    -- Check every edge against the state before this path (as the reference implementation does).
+    FOR i IN 1 .. n LOOP
+        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
+        IF NOT FOUND THEN
+            held := NULL;
+            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
+            IF coalesce(held, 0) >= p_max[i] THEN
+                RETURN i - 1;
+            END IF;
+        END IF;
+    END LOOP;
+    IF NOT p_consume THEN
+        RETURN -1;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        INSERT INTO {schema}.children (parent, child, retain_until_ms)
+            VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
+        END IF;
+    END LOOP;
+    INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms) VALUES (p_nonce, p_nonce_retain)
+        ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN -2;
+    END IF;
+    RETURN -1;
+END
+$fn$
+""",
+        """
+CREATE FUNCTION {schema}.countersign_collect(p_now bigint, p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    removed integer;
+    gone integer;
+    v_parents text[];
+    v_children text[];
+    v_gone text[];
+BEGIN
+    DELETE FROM {schema}.consumed_nonces WHERE nonce IN (
+        SELECT nonce FROM {schema}.consumed_nonces WHERE retain_until_ms < p_now
+        ORDER BY retain_until_ms LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    IF removed >= p_limit THEN
+        RETURN removed;
+    END IF;
+    SELECT array_agg(v.parent), array_agg(v.child) INTO v_parents, v_children FROM (
+        SELECT parent, child FROM {schema}.children WHERE retain_until_ms < p_now
+        ORDER BY retain_until_ms LIMIT p_limit - removed) AS v;
+    IF v_parents IS NOT NULL THEN
+        -- Same lock order as countersign_admit (parents sorted, before any child row), so the
+        -- collector never deadlocks with an admit.
+        PERFORM 1 FROM {schema}.child_sets WHERE parent = ANY (v_parents) ORDER BY parent FOR UPDATE;
+        WITH d AS (
+            DELETE FROM {schema}.children AS c USING unnest(v_parents, v_children) AS v(parent, child)
+            WHERE c.parent = v.parent AND c.child = v.child AND c.retain_until_ms < p_now
+            RETURNING c.parent)
+        SELECT array_agg(d.parent) INTO v_gone FROM d;
+        gone := coalesce(cardinality(v_gone), 0);
+        IF gone > 0 THEN
+            UPDATE {schema}.child_sets AS s SET child_count = s.child_count - g.k
+            FROM (SELECT parent, count(*)::integer AS k FROM unnest(v_gone) AS parent GROUP BY parent) AS g
+            WHERE s.parent = g.parent;
+        END IF;
+        removed := removed + gone;
+    END IF;
+    -- Counter rows of parents with no child left and past retention: not entries, just tidying.
+    DELETE FROM {schema}.child_sets WHERE parent IN (
+        SELECT parent FROM {schema}.child_sets WHERE child_count = 0 AND retain_until_ms < p_now
+        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    RETURN removed;
+END
+$fn$
+""",
+    ),
+}
+
+
+def _schema_from_options(options: str | None) -> str | None:
+    if not options:
+        return None
+    found = _SEARCH_PATH.search(options)
+    if found is None:
+        return None
+    return found.group(1).strip("\"'")
+
+
+def _positive_int(params: dict[str, str], name: str, default: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        from verifier.stores import StoreConfigError
+
+        raise StoreConfigError(f"PostgreSQL URL parameter {name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def parse_url(url: str) -> tuple[str, str, dict[str, int]]:
+    """Split a store URL into (libpq conninfo, schema, store settings). Raises StoreConfigError."""
+    from verifier.stores import StoreConfigError
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise StoreConfigError(f"not a PostgreSQL URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in _OWN_PARAMS}
+    passed = [(k, v) for k, v in query if k not in _OWN_PARAMS]
+    libpq_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), ""))
+    try:
+        params: dict[str, Any] = conninfo_to_dict(libpq_url)
+    except psycopg.ProgrammingError as exc:
+        raise StoreConfigError(f"invalid PostgreSQL URL: {exc}") from exc
+    schema = own.get("schema") or _schema_from_options(params.get("options")) or DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise StoreConfigError(f"schema must be a plain identifier, got {schema!r}")
+    connect_timeout = _positive_int({k: str(v) for k, v in params.items()}, "connect_timeout", 3)
+    settings = {
+        "connect_timeout": connect_timeout,
+        "statement_timeout_ms": _positive_int(own, "statement_timeout_ms", 10_000),
+        "pool_min_size": _positive_int(own, "pool_min_size", 1),
+        "pool_max_size": _positive_int(own, "pool_max_size", 8),
+    }
+    if settings["pool_min_size"] > settings["pool_max_size"]:
+        raise StoreConfigError("pool_min_size must not exceed pool_max_size")
+    extra: dict[str, Any] = {"connect_timeout": max(connect_timeout, 2)}
+    # Dead peers are noticed within seconds, not after the kernel's default of many minutes.
+    for key, value in (
+        ("keepalives", 1),
+        ("keepalives_idle", 5),
+        ("keepalives_interval", 2),
+        ("keepalives_count", 3),
+        ("tcp_user_timeout", 10_000),
+    ):
+        params.setdefault(key, value)
+    if "password" not in params and os.environ.get(PASSWORD_ENV):
+        extra["password"] = os.environ[PASSWORD_ENV]
+    params.setdefault("application_name", "countersign-verifier")
+    return make_conninfo("", **{**params, **extra}), schema, settings
+
+
+class PostgresState:
+    """:class:`countersign.state.VerifierState` in a PostgreSQL schema shared by verifier replicas."""
+
+    def __init__(self, url: str) -> None:
+        conninfo, self.schema, settings = parse_url(url)
+        self._timeout = float(settings["connect_timeout"])
+        self._statement_timeout_ms = settings["statement_timeout_ms"]
+        self._checking = threading.Lock()
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=settings["pool_min_size"],
+            max_size=settings["pool_max_size"],
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            timeout=self._timeout,
+            reconnect_timeout=3600.0,
+            name=f"countersign-{self.schema}",
+            open=False,
+        )
+        ident = sql.Identifier(self.schema)
+        self._admit_sql = sql.SQL(
+            "SELECT {}.countersign_admit(%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s)"
+        ).format(ident)
+        self._collect_sql = sql.SQL("SELECT {}.countersign_collect(%s::bigint, %s::integer)").format(ident)
+        self._count_sql = sql.SQL(
+            "SELECT (SELECT count(*) FROM {s}.consumed_nonces) + (SELECT count(*) FROM {s}.children)"
+        ).format(s=ident)
+        try:
+            self._pool.open(wait=True, timeout=self._timeout)
+        except PoolTimeout as exc:
+            self._pool.close(timeout=0)
+            raise StateUnavailable(f"PostgreSQL state: no connection within {self._timeout:g} s: {exc}") from exc
+        try:
+            self.migrate()
+        except BaseException:
+            self._pool.close(timeout=0)
+            raise
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self._statement_timeout_ms)))
+
+    @contextmanager
+    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; every driver or pool failure becomes StateUnavailable."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise StateUnavailable(
+                f"PostgreSQL state ({what}): no connection within {self._timeout:g} s; server down or pool exhausted"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            self._recheck_pool()
+            raise StateUnavailable(f"PostgreSQL state ({what}): {exc}".rstrip()) from exc
+        except psycopg.Error as exc:
+            raise StateUnavailable(f"PostgreSQL state ({what}): {type(exc).__name__}: {exc}".rstrip()) from exc
+
+    def _recheck_pool(self) -> None:
+        """After a connection failure (say, a server restart), drop the other dead idle connections in
+        the background so the next admits get fresh ones instead of failing one by one."""
+        if not self._checking.acquire(blocking=False):
+            return
+
+        def run() -> None:
+            try:
+                self._pool.check()
+            except Exception:  # noqa: S110 - best effort; the pool reconnects on demand anyway
+                pass
+            finally:
+                self._checking.release()
+
+        threading.Thread(target=run, name="countersign-pg-check", daemon=True).start()
+
+    def migrate(self) -> int:
+        """Bring the schema to :data:`SCHEMA_VERSION`; idempotent and safe to run concurrently.
+
+        Each migration runs in its own transaction holding a transaction-scoped advisory lock keyed
+        by the schema name, and re-reads the version under that lock, so concurrent starters apply
+        every migration exactly once. Returns the version found before migrating.
+        """
+        ident = sql.Identifier(self.schema)
+        lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(
+            sql.Literal(f"countersign-schema:{self.schema}")
+        )
+        found: int | None = None
+        with self._connection("migrate") as conn:
+            for step in range(1, SCHEMA_VERSION + 1):
+                with conn.transaction():
+                    conn.execute(lock)
+                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                    conn.execute(
+                        sql.SQL(
+                            "CREATE TABLE IF NOT EXISTS {}.countersign_schema_version ("
+                            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                        ).format(ident)
+                    )
+                    row = conn.execute(
+                        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.countersign_schema_version").format(ident)
+                    ).fetchone()
+                    version = int(row[0]) if row else 0
+                    if found is None:
+                        found = version
+                    if version > SCHEMA_VERSION:
+                        raise StateUnavailable(
+                            f"PostgreSQL schema {self.schema} has version {version}, newer than this software"
+                            f" ({SCHEMA_VERSION})"
+                        )
+                    if version >= step:
+                        continue
+                    for statement in _MIGRATIONS[step]:
+                        conn.execute(sql.SQL(statement).format(schema=ident))
+                    conn.execute(
+                        sql.SQL("INSERT INTO {}.countersign_schema_version (version) VALUES (%s)").format(ident),
+                        (step,),
+                    )
+        return found or 0
+
+    def schema_version(self) -> int:
+        with self._connection("schema version") as conn:
+            row = conn.execute(
+                sql.SQL("SELECT coalesce(max(version), 0) FROM {}.countersign_schema_version").format(
+                    sql.Identifier(self.schema)
+                )
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _call(self, what: str, query: sql.Composed, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        """Run one statement (one transaction, autocommit) and return its row. A deadlock or
+        serialisation failure rolled the transaction back whole, so it is retried; nothing else is."""
+        for attempt in range(_ADMIT_ATTEMPTS):
+            try:
+                with self._connection(what) as conn:
+                    return conn.execute(query, params).fetchone()
+            except StateUnavailable as exc:
+                cause = exc.__cause__
+                retry = isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRYABLE_SQLSTATES
+                if not retry or attempt + 1 == _ADMIT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def admit(
+        self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        params = (
+            [e.parent_digest for e in edges],
+            [e.child_nonce for e in edges],
+            [e.max_children for e in edges],
+            [e.retain_until_ms for e in edges],
+            leaf.nonce,
+            leaf.retain_until_ms,
+            consume,
+        )
+        row = self._call("admit", self._admit_sql, params)
+        if row is None or row[0] is None:
+            raise StateUnavailable("PostgreSQL state (admit): countersign_admit returned no result")
+        code = int(row[0])
+        if code == _ACCEPTED:
+            return None
+        if code == _REPLAYED:
+            return StateRejection(Reason.NONCE_REPLAYED, leaf.index)
+        if 0 <= code < len(edges):
+            return StateRejection(Reason.FANOUT_EXCEEDED, edges[code].index)
+        raise StateUnavailable(f"PostgreSQL state (admit): unexpected result {code}")
+
+    def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
+        """Delete at most ``limit`` entries (consumed nonces first, then child-set members, oldest
+        retention first) whose retention ended before ``now_ms``, in one transaction."""
+        if limit <= 0:
+            return 0
+        row = self._call("collect", self._collect_sql, (now_ms, limit))
+        return int(row[0]) if row else 0
+
+    def entry_count(self) -> int:
+        with self._connection("entry count") as conn:
+            row = conn.execute(self._count_sql).fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self._pool.close(timeout=self._timeout)
