@@ -24,6 +24,7 @@ test: $(STAMP) lint types unit infra-check
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	sh docker/lint.sh
 
 types: $(STAMP)
 	$(VENV)/bin/mypy countersign signer verifier coordinator

@@ -3,19 +3,28 @@
 ``postgresql://user@host/db?schema=name`` (the schema is created if missing). One table, appended
 inside a transaction; the primary key on ``sequence`` makes a racing second coordinator fail with
 :class:`coordinator.store.LogConflict` rather than fork the log.
+
+The password, when the URL has none, comes from ``COUNTERSIGN_LOG_STORE_PASSWORD`` (then libpq's own
+``PGPASSWORD`` / ``.pgpass``), mirroring the verifier store's ``COUNTERSIGN_STORE_PASSWORD``; it is
+handed to libpq only and never logged or put into an error message.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from coordinator.store import LogConflict
 from countersign.errors import StateUnavailable
 from countersign.service.config import ConfigError
+
+PASSWORD_ENV = "COUNTERSIGN_LOG_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 
 
 class PostgresLogStore:
@@ -23,7 +32,16 @@ class PostgresLogStore:
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
         self._schema = query.pop("schema", "public")
-        self._url = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query)))
+        # libpq decodes %XX only: a space must go back as %20, not as urlencode's default "+".
+        self._url = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query, quote_via=quote)))
+        try:
+            has_password = "password" in conninfo_to_dict(self._url)
+        except psycopg.ProgrammingError:
+            raise ConfigError("log_store is not a valid PostgreSQL URL") from None
+        # Only when the URL carries none: a password in the URL always wins.
+        self._extra: dict[str, Any] = {}
+        if not has_password and os.environ.get(PASSWORD_ENV):
+            self._extra["password"] = os.environ[PASSWORD_ENV]
         self._timeout = connect_timeout_s
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -43,7 +61,7 @@ class PostgresLogStore:
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
             try:
-                self._conn = psycopg.connect(self._url, connect_timeout=self._timeout, autocommit=True)
+                self._conn = psycopg.connect(self._url, connect_timeout=self._timeout, autocommit=True, **self._extra)
             except psycopg.Error as exc:
                 raise StateUnavailable(f"PostgreSQL unreachable: {exc}") from None
         return self._conn

@@ -6,7 +6,7 @@ region             = "eu-west-1"
 availability_zones = ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
 image              = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/countersign@sha256:0000000000000000000000000000000000000000000000000000000000000000"
 
-operator_public_key = "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+operator_public_key = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 
 deployers = {
   "deployer-a" = { zone_index = 0, allowed_children = ["deployer-b", "deployer-c"], runtime_cidr_blocks = ["10.50.0.0/24"] }

@@ -16,7 +16,7 @@ import grpc
 import prometheus_client
 
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
-from countersign.errors import MalformedError
+from countersign.errors import CountersignError, MalformedError, StateUnavailable
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
@@ -152,7 +152,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                         path, request.output, registry=registry, state=self._state, mode=mode,
                         now_ms=now_ms(), policy=self._policy,
                     )  # fmt: skip
-                except Exception:
+                except StateUnavailable:
                     self._metrics.errors.labels("STATE_UNAVAILABLE").inc()
                     raise
         self._metrics.verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
@@ -177,6 +177,8 @@ class VerifierDaemon:
             heartbeat_ms=config.heartbeat_ms,
         )
         self.metrics = VerifierMetrics(self.metrics_registry, self.follower)
+        # Counted when Prometheus scrapes, not on every collection round (a full scan on DynamoDB).
+        self.metrics.store_entries.set_function(self._entry_count)
         self.service = VerifierService(self.state, self.follower, config.policy, self.metrics)
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
@@ -196,9 +198,14 @@ class VerifierDaemon:
             try:
                 while self.state.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
                     pass
-                self.metrics.store_entries.set(self.state.entry_count())
             except Exception as exc:  # the collector must survive a store outage; the next round retries
                 log.warning("collecting expired entries failed", extra={"error": str(exc)})
+
+    def _entry_count(self) -> float:
+        try:
+            return float(self.state.entry_count())
+        except CountersignError:
+            return float("nan")
 
     def close(self) -> None:
         self._stop.set()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
-from countersign.admission import StatementKind
-from countersign.canonical import b64url_encode
+from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
+from countersign.canonical import b64url_encode, canonicalize
 from countersign.cli.main import EXIT_OK, UsageError
 from countersign.errors import CountersignError, SignerError
-from countersign.keys import Ed25519Signer
+from countersign.keys import Ed25519Signer, PublicKey, Signer
 from countersign.service.config import ConfigError, TlsConfig, load_config
 from countersign.service.tls import (
     PeerIdentity,
@@ -70,10 +71,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         else:
             sub.add_argument("--key-id", required=True)
         if kind is not StatementKind.REVOKE_KEY:
-            sub.add_argument("--at-ms", type=int, help="valid from (enrol, add-key) or retired at (retire-key)")
+            sub.add_argument(
+                "--at-ms", type=int, help="valid from (enrol, add-key; default now) or retired at (retire-key)"
+            )
         sub.add_argument("--note", help="free text recorded in the statement")
-        add_client_arguments(sub, "--coordinator")
+        sub.add_argument("--out", help="offline: write the signed statement here instead of submitting it")
+        sub.add_argument("--log", help="offline: the current registry-log.json (registry export) to chain onto")
+        add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
+    submit = op_actions.add_parser("submit", help="submit a statement signed offline (operator <action> --out)")
+    submit.add_argument("--statement", required=True, help="the signed statement file")
+    add_client_arguments(submit, "--coordinator")
+    submit.set_defaults(handler=cmd_operator_submit)
 
     registry = commands.add_parser("registry", help="the admission registry")
     reg_actions = registry.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -84,8 +93,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     export.set_defaults(handler=cmd_registry_export)
 
 
-def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str) -> None:
-    parser.add_argument(address_flag, required=True, help="host:port")
+def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, required: bool = True) -> None:
+    parser.add_argument(address_flag, required=required, help="host:port")
     parser.add_argument("--ca", default="", help="CA certificate (mTLS)")
     parser.add_argument("--cert", default="", help="client certificate (mTLS)")
     parser.add_argument("--tls-key", default="", help="client private key (mTLS)")
@@ -140,6 +149,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except (ConfigError, SignerError) as exc:
         raise UsageError(f"bad configuration: {exc}") from None
+    except CountersignError as exc:  # e.g. the durable store is unreachable at start-up
+        raise UsageError(f"cannot start: {exc}") from None
 
 
 # --- pki ---------------------------------------------------------------------------------------
@@ -227,9 +238,13 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         key_id = args.key_id
     at_ms = getattr(args, "at_ms", None)
     if at_ms is None and args.kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
-        at_ms = 0
+        at_ms = time.time_ns() // 1_000_000  # valid from now: a new key vouches for nothing older
     if at_ms is None and args.kind is StatementKind.RETIRE_KEY:
         raise UsageError("--at-ms is required for retire-key")
+    if args.out:
+        return _sign_offline(args, operator, key_id, public_key, at_ms)
+    if not args.coordinator:
+        raise UsageError("give --coordinator (sign and submit) or --log and --out (sign offline)")
     client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), operator)
     try:
         signed = client.submit(args.kind, args.deployer, key_id, public_key=public_key, at_ms=at_ms, note=args.note)
@@ -241,8 +256,59 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _read_log(location: str, operator: Signer) -> AdmissionLog:
+    """A registry-log.json (``registry export``), verified against the operator's own key."""
+    try:
+        body = json.loads(Path(location).read_text())
+        statements = [SignedStatement.from_bytes(canonicalize(s)) for s in body["statements"]]
+        log = AdmissionLog(PublicKey(operator.public_key))
+        log.extend(statements)
+    except (OSError, ValueError, KeyError, TypeError, CountersignError) as exc:
+        raise UsageError(f"{location} is not a registry log signed by this operator key: {exc}") from None
+    return log
+
+
+def _sign_offline(
+    args: argparse.Namespace, operator: Signer, key_id: str, public_key: str | None, at_ms: int | None
+) -> int:
+    """Sign the next statement on a machine with no connection; submit it later with ``operator submit``."""
+    if not args.log:
+        raise UsageError("--out needs --log: the current registry-log.json, to chain the statement onto its head")
+    log = _read_log(args.log, operator)
+    statement = log.next_statement(
+        args.kind, args.deployer, key_id, issued_ms=time.time_ns() // 1_000_000, public_key=public_key,
+        at_ms=at_ms, note=args.note,
+    )  # fmt: skip
+    signed = sign_statement(statement, operator)
+    try:
+        log.prepare(signed)  # refuse to write a statement the coordinator would refuse
+    except CountersignError as exc:
+        raise UsageError(f"{getattr(exc, 'code', '')}: {exc}") from None
+    Path(args.out).write_bytes(signed.to_bytes())
+    print(
+        json.dumps(
+            {"sequence": statement.sequence, "digest": signed.digest(), "kind": args.kind.value, "out": args.out}
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_operator_submit(args: argparse.Namespace) -> int:
+    from countersign.service.clients import submit_statement
+
+    try:
+        signed = SignedStatement.from_bytes(Path(args.statement).read_bytes())
+    except (OSError, CountersignError) as exc:
+        raise UsageError(f"{args.statement} is not a signed statement: {exc}") from None
+    try:
+        submit_statement(args.coordinator, client_tls(args, args.coordinator), signed)
+    except CountersignError as exc:
+        raise UsageError(f"coordinator refused: {getattr(exc, 'code', '')} {exc}") from None
+    print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest()}))
+    return EXIT_OK
+
+
 def cmd_registry_export(args: argparse.Namespace) -> int:
-    from countersign.admission import AdmissionLog, SignedStatement
     from countersign.service.clients import coordinator_log
     from countersign.service.config import parse_operator_key
 

@@ -46,6 +46,19 @@ def coordinator_log(address: str, tls: TlsConfig) -> list[bytes]:
         channel.close()
 
 
+def submit_statement(address: str, tls: TlsConfig, signed: SignedStatement) -> None:
+    """Submit a statement the operator signed elsewhere. Raises ServiceError if refused."""
+    channel = open_channel(address, tls, coordinator_dns())
+    try:
+        coordinator_pb2_grpc.CoordinatorStub(channel).Submit(
+            coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10
+        )
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+    finally:
+        channel.close()
+
+
 class OperatorClient:
     """The operator's side: fetch and verify the log, sign the next statement offline-style, submit it."""
 

@@ -29,16 +29,13 @@ locals {
   signer_addresses    = { for id, slug in local.deployer_slugs : id => "${slug}.${var.service_discovery_namespace}:${local.ports.signer}" }
 
   # Delegation edges parent -> child declared by allowed_children. A signer talks to the signers
-  # of its parents (to ask for co-signatures) and of its children (which ask it); no one else.
+  # of its parents (to ask for co-signatures) and of its children (which ask it); no one else
+  # (modules/security opens 7401 for exactly these pairs). No signer is told its peers' addresses:
+  # a child's runtime names the parent's signer in each AcceptDelegation request, and the child's
+  # signer pins that deployer's certificate name whatever address it dials.
   delegation_edges = flatten([
     for parent, d in var.deployers : [for child in d.allowed_children : { parent = parent, child = child }]
   ])
-  signer_peers = {
-    for id in keys(var.deployers) : id => sort(distinct(concat(
-      [for e in local.delegation_edges : e.parent if e.child == id],
-      [for e in local.delegation_edges : e.child if e.parent == id],
-    )))
-  }
 
   # The image is an ECR URI in var.region (validated): <account>.dkr.ecr.<region>.amazonaws.com/<repo>[:tag|@digest].
   ecr_repository_name = regex("^[^/]+/([^:@]+)", var.image)[0]
@@ -151,28 +148,29 @@ module "signer" {
   source   = "./modules/signer"
   for_each = var.deployers
 
-  name                = local.name
-  region              = var.region
-  deployer_id         = each.key
-  deployer_slug       = local.deployer_slugs[each.key]
-  allowed_children    = sort(each.value.allowed_children)
-  peer_addresses      = { for p in local.signer_peers[each.key] : p => local.signer_addresses[p] }
-  image               = var.image
-  ecr_repository_arn  = local.ecr_repository_arn
-  cpu_architecture    = var.cpu_architecture
-  cpu                 = each.value.cpu
-  memory              = each.value.memory
-  container_uid       = var.container_uid
-  container_gid       = var.container_gid
-  ports               = local.ports
-  cluster_arn         = module.cluster.cluster_arn
-  namespace_id        = module.cluster.namespace_id
-  subnet_id           = module.network.private_subnet_ids[each.value.zone_index]
-  security_group_id   = module.security.signer_security_group_ids[each.key]
-  coordinator_address = local.coordinator_address
-  kms_admin_arns      = local.kms_admin_arns
-  kms_key_arn         = module.encryption.key_arn
-  log_retention_days  = var.log_retention_days
+  name                  = local.name
+  region                = var.region
+  deployer_id           = each.key
+  deployer_slug         = local.deployer_slugs[each.key]
+  allowed_children      = sort(each.value.allowed_children)
+  operator_public_key   = var.operator_public_key
+  image                 = var.image
+  ecr_repository_arn    = local.ecr_repository_arn
+  cpu_architecture      = var.cpu_architecture
+  cpu                   = each.value.cpu
+  memory                = each.value.memory
+  container_uid         = var.container_uid
+  container_gid         = var.container_gid
+  ports                 = local.ports
+  cluster_arn           = module.cluster.cluster_arn
+  namespace_id          = module.cluster.namespace_id
+  subnet_id             = module.network.private_subnet_ids[each.value.zone_index]
+  security_group_id     = module.security.signer_security_group_ids[each.key]
+  efs_security_group_id = module.security.signer_efs_security_group_ids[each.key]
+  coordinator_address   = local.coordinator_address
+  kms_admin_arns        = local.kms_admin_arns
+  kms_key_arn           = module.encryption.key_arn
+  log_retention_days    = var.log_retention_days
 }
 
 module "verifier" {

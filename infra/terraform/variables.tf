@@ -112,12 +112,13 @@ variable "container_gid" {
 }
 
 variable "operator_public_key" {
-  description = "The admission authority's (operator's) Ed25519 public key that the coordinator and the verifiers pin, as printed by the operator tooling (e.g. ed25519:<base64url>). Public data, passed as an environment variable."
+  description = "The admission authority's (operator's) Ed25519 public key that the coordinator, the signers and the verifiers pin (setting operator_public_key): the \"public_key\" value printed by `countersign operator init`, i.e. the unpadded base64url of the 32-byte key (43 characters, no prefix). Public data, passed as an environment variable."
   type        = string
 
   validation {
-    condition     = can(regex("^[A-Za-z0-9:_=+/-]{32,200}$", var.operator_public_key))
-    error_message = "operator_public_key must be 32-200 characters of a printable key encoding (letters, digits, ':', '_', '-', '+', '/', '=')."
+    # 32 bytes in canonical unpadded base64url: 42 characters, then one whose low two bits are 0.
+    condition     = can(regex("^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$", var.operator_public_key))
+    error_message = "operator_public_key must be the 43-character unpadded base64url Ed25519 public key printed by `countersign operator init` (no 'ed25519:' prefix)."
   }
 }
 

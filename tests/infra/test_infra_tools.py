@@ -114,6 +114,14 @@ BAD_INPUTS = {
         {"deployers": {"deployer-a": {"zone_index": 0, "allowed_children": ["deployer-z"]}}},
         "allowed_children may only name other deployers",
     ),
+    "prefixed-operator-key": (
+        {"operator_public_key": "ed25519:" + "A" * 43},
+        "43-character unpadded base64url Ed25519 public key",
+    ),
+    "non-canonical-operator-key": (
+        {"operator_public_key": "A" * 42 + "B"},
+        "43-character unpadded base64url Ed25519 public key",
+    ),
     "latest-image": (
         {"image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/countersign:latest"},
         "must not use the mutable 'latest' tag",
@@ -260,7 +268,7 @@ def _root_locals(terraform_bin: str, workdir: Path, tfvars: dict[str, Any]) -> d
 output "evaluated" {
   value = {
     kms_admin_arns = local.kms_admin_arns, signer_addresses = local.signer_addresses,
-    delegation_edges = local.delegation_edges, signer_peers = local.signer_peers,
+    delegation_edges = local.delegation_edges,
     ecr_repository_arn = local.ecr_repository_arn, coordinator_address = local.coordinator_address,
   }
 }
@@ -317,7 +325,7 @@ def test_signer_paths_follow_the_declared_delegation_edges(terraform_bin: str, t
         "region": "eu-west-1",
         "availability_zones": ["eu-west-1a", "eu-west-1b", "eu-west-1c"],
         "image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/countersign:1.2.3",
-        "operator_public_key": "ed25519:" + "A" * 43,
+        "operator_public_key": "A" * 43,
         "deployers": {
             "planner": {"zone_index": 0, "allowed_children": ["researcher"], "runtime_cidr_blocks": ["10.1.0.0/24"]},
             "researcher": {"zone_index": 1, "runtime_security_group_ids": ["sg-0123456789abcdef0"]},
@@ -326,7 +334,6 @@ def test_signer_paths_follow_the_declared_delegation_edges(terraform_bin: str, t
     }
     root = _root_locals(terraform_bin, tmp_path / "root", tfvars)
     assert root["delegation_edges"] == [{"parent": "planner", "child": "researcher"}]
-    assert root["signer_peers"] == {"planner": ["researcher"], "researcher": ["planner"], "writer.v2": []}
     assert root["signer_addresses"]["writer.v2"] == "writer-v2.countersign.internal:7401"
     assert root["coordinator_address"] == "coordinator.countersign.internal:7400"
     assert root["kms_admin_arns"] == ["arn:aws:iam::123456789012:root"]

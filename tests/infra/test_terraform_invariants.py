@@ -241,6 +241,14 @@ def test_signing_key_policy_lets_only_the_signer_role_sign(tf: Any, checks: Any)
         assert not checks.grants(admin_actions, forbidden), forbidden
     assert "kms:PutKeyPolicy" in admin_actions and "kms:ScheduleKeyDeletion" in admin_actions
 
+    # kms:Sign only with pure Ed25519 (never Ed25519ph), on a statement that allows nothing else.
+    signing = [s for s in statements if s["Effect"] == "Allow" and checks.grants(s["Action"], "kms:Sign")]
+    assert len(signing) == 1
+    assert signing[0]["Action"] == ["kms:Sign"]
+    assert signing[0]["Condition"] == {"StringEquals": {"kms:SigningAlgorithm": "ED25519_SHA_512"}}
+    public_key = [s for s in statements if s["Effect"] == "Allow" and checks.grants(s["Action"], "kms:GetPublicKey")]
+    assert len(public_key) == 1 and "Condition" not in public_key[0]
+
     # An explicit deny of kms:Sign for every other principal.
     denies = [s for s in statements if s["Effect"] == "Deny" and checks.grants(s["Action"], "kms:Sign")]
     assert len(denies) == 1
@@ -445,6 +453,7 @@ def test_security_groups_are_attached(tf: Any, checks: Any) -> None:
         ),
         ("signer", "security_group_id"): ("aws_ecs_service", "signer", "network_configuration.security_groups"),
         ("coordinator", "efs_security_group_id"): ("aws_efs_mount_target", "registry", "security_groups"),
+        ("signer", "efs_security_group_id"): ("aws_efs_mount_target", "state", "security_groups"),
         ("postgres", "security_group_id"): ("aws_db_instance", "this", "vpc_security_group_ids"),
     }
     for output in security_outputs:
@@ -539,6 +548,9 @@ def test_encryption_at_rest_everywhere(tf: Any, checks: Any) -> None:
         if module.resources_of("aws_efs_mount_target"):
             seen["efs_mount"] = 1
         for name, body in module.resources_of("aws_ecs_task_definition").items():
+            for volume in checks.blocks(body, "volume"):
+                for efs in checks.blocks(volume, "efs_volume_configuration"):
+                    assert checks.attr(efs, "transit_encryption") == "ENABLED", name
             for volume in checks.blocks(body, "dynamic"):
                 for content in checks.blocks(volume.get("volume", {}), "content"):
                     for efs in checks.blocks(content, "efs_volume_configuration"):
@@ -592,6 +604,12 @@ def test_container_runs_countersign_daemon_serve(tf: Any, checks: Any, daemon: s
     assert ports == {"grpc": f"${{var.ports.{daemon}}}", "metrics": f"${{var.ports.{daemon}_metrics}}"}
     task_def = next(iter(tf.module(daemon).resources_of("aws_ecs_task_definition").values()))
     assert Expr(checks.attr(task_def, "container_definitions")) == "${jsonencode([local.container])}"
+    # The image's gRPC health probe (docker/healthcheck.py), which ECS runs in the container.
+    assert container["healthCheck"]["command"] == [
+        "CMD",
+        "/opt/countersign/bin/python",
+        "/usr/local/lib/countersign/healthcheck.py",
+    ]
     # Hardening.
     assert container["readonlyRootFilesystem"] is True
     assert container["privileged"] is False
@@ -615,10 +633,35 @@ def test_container_runs_countersign_daemon_serve(tf: Any, checks: Any, daemon: s
 
 
 def test_signer_environment(tf: Any, checks: Any) -> None:
-    env = checks.env_of(_container(tf, "signer"))
+    signer = tf.module("signer")
+    container = _container(tf, "signer")
+    env = checks.env_of(container)
     assert env["COUNTERSIGN_SIGNER_KEY"] == "awskms:${aws_kms_key.signer.arn}"
     assert env["COUNTERSIGN_DEPLOYER"] == "${var.deployer_id}"
     assert env["COUNTERSIGN_COORDINATOR"] == "${var.coordinator_address}"
+    assert env["COUNTERSIGN_OPERATOR_PUBLIC_KEY"] == "${var.operator_public_key}"
+    assert ref(checks.attr(tf.root.module_calls["signer"], "operator_public_key")) == "var.operator_public_key"
+    # The parent's address travels in each AcceptDelegation request: no peer list.
+    assert not any("PEER" in name for name in env)
+    assert "peer_addresses" not in signer.variables
+    # Grants, issued records, child counts and the registry copy survive restarts: they live on the
+    # signer's own EFS volume, mounted where the state URL and the registry cache point.
+    state_dir = signer.local("state_dir")
+    assert env["COUNTERSIGN_STATE_URL"] == "sqlite:///${local.state_dir}/signer.db"
+    assert env["COUNTERSIGN_REGISTRY_CACHE"] == "${local.state_dir}/registry.json"
+    assert state_dir.startswith("/var/lib/countersign/")
+    mounts = {m["sourceVolume"]: m["containerPath"] for m in container["mountPoints"]}
+    assert mounts["state"] == "${local.state_dir}"
+    task_def = signer.resource("aws_ecs_task_definition", "signer")
+    (volume,) = [v for v in checks.blocks(task_def, "volume") if checks.attr(v, "name") == "state"]
+    (efs,) = checks.blocks(volume, "efs_volume_configuration")
+    assert ref(checks.attr(efs, "file_system_id")) == "aws_efs_file_system.state.id"
+    assert checks.attr(efs, "transit_encryption") == "ENABLED"
+    (auth,) = checks.blocks(efs, "authorization_config")
+    assert checks.attr(auth, "iam") == "ENABLED"
+    assert ref(checks.attr(auth, "access_point_id")) == "aws_efs_access_point.state.id"
+    (mount_target,) = signer.resources_of("aws_efs_mount_target").values()
+    assert ref(checks.attr(mount_target, "subnet_id")) == "var.subnet_id"
     assert ref(checks.attr(tf.root.module_calls["signer"], "coordinator_address")) == "local.coordinator_address"
     assert (
         tf.root.local("coordinator_address")
@@ -632,8 +675,15 @@ def test_verifier_environment(tf: Any, checks: Any) -> None:
     env = checks.env_of(container)
     assert env["COUNTERSIGN_STORE_URL"] == "${local.store_url}"
     assert env["COUNTERSIGN_COORDINATOR"] == "${var.coordinator_address}"
+    assert env["COUNTERSIGN_REGISTRY_CACHE"] == "${local.registry_cache_dir}/registry.json"
+    mounts = {m["sourceVolume"]: m["containerPath"] for m in container["mountPoints"]}
+    assert mounts["registry-cache"] == "${local.registry_cache_dir}"
     store_url = local_expr(verifier, "store_url")
-    assert '"dynamodb://${var.nonce_table_name}?region=${var.region}"' in store_url
+    assert '"dynamodb://${var.nonce_table_name}?region=${var.region}&collect=scan"' in store_url
+    # collect=scan (and entry_count) scan the table: the task role may, on that table only.
+    doc = verifier.data["aws_iam_policy_document"]["task_nonce_table"]
+    scans = [st for st in checks.blocks(doc, "statement") if "dynamodb:Scan" in checks.attr(st, "actions", [])]
+    assert len(scans) == 1 and checks.attr(scans[0], "resources") == ["${var.nonce_table_arn}"]
     assert "postgresql://${var.postgres.username}@" in store_url
     password = local_expr(verifier, "password_secrets")
     assert "COUNTERSIGN_STORE_PASSWORD" in password and ":password::" in password
@@ -646,7 +696,12 @@ def test_coordinator_holds_no_signing_permission_and_persists_its_log(tf: Any, c
         for st in checks.blocks(doc, "statement"):
             assert not any(a.startswith("kms:Sign") for a in checks.attr(st, "actions", [])), st
     env = checks.env_of(coordinator.local("container"))
-    assert env["COUNTERSIGN_REGISTRY_URL"] == "${local.registry_url}"
+    assert env["COUNTERSIGN_LOG_STORE"] == "${local.log_store}"
+    log_store = local_expr(coordinator, "log_store")
+    assert '"sqlite:///${local.registry_dir}/registry.db"' in log_store
+    assert "postgresql://${var.postgres.username}@" in log_store and "schema=countersign_registry" in log_store
+    password = local_expr(coordinator, "password_secrets")
+    assert "COUNTERSIGN_LOG_STORE_PASSWORD" in password and ":password::" in password
     (volume,) = checks.blocks(coordinator.resource("aws_ecs_task_definition", "coordinator"), "dynamic")
     assert "volume" in volume
 

@@ -11,11 +11,14 @@ locals {
   partition  = data.aws_partition.current.partition
   on_efs     = var.registry_backend == "efs"
 
+  # The registry log (setting log_store): SQLite on the KMS-encrypted EFS file system, written by
+  # this one task only (desired_count 1, stop-first deployments), or the optional PostgreSQL in
+  # its own schema (the verifiers' nonce store, when also there, uses the schema "countersign").
   registry_dir = "/var/lib/countersign/registry"
-  registry_url = (
+  log_store = (
     local.on_efs
-    ? "file://${local.registry_dir}"
-    : "postgresql://${var.postgres.username}@${var.postgres.address}:${var.postgres.port}/${var.postgres.database}?sslmode=require"
+    ? "sqlite:///${local.registry_dir}/registry.db"
+    : "postgresql://${var.postgres.username}@${var.postgres.address}:${var.postgres.port}/${var.postgres.database}?sslmode=require&schema=countersign_registry"
   )
 
   tls_secret_keys = {
@@ -25,8 +28,9 @@ locals {
   }
 
   # The database password comes from the RDS-managed secret, never from a plain variable.
+  # The store reads it from COUNTERSIGN_LOG_STORE_PASSWORD when the URL has none (coordinator/postgres_store.py).
   password_secrets = local.on_efs ? [] : [
-    { name = "COUNTERSIGN_REGISTRY_PASSWORD", valueFrom = "${var.postgres.password_secret}:password::" },
+    { name = "COUNTERSIGN_LOG_STORE_PASSWORD", valueFrom = "${var.postgres.password_secret}:password::" },
   ]
 
   container = {
@@ -48,8 +52,9 @@ locals {
       { name = "grpc", containerPort = var.ports.coordinator, protocol = "tcp" },
       { name = "metrics", containerPort = var.ports.coordinator_metrics, protocol = "tcp" },
     ]
+    # Setting names: coordinator/daemon.py CoordinatorConfig (COUNTERSIGN_<SETTING>).
     environment = [
-      { name = "COUNTERSIGN_REGISTRY_URL", value = local.registry_url },
+      { name = "COUNTERSIGN_LOG_STORE", value = local.log_store },
       { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
       { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.coordinator}" },
       { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.coordinator_metrics}" },
@@ -68,6 +73,14 @@ locals {
       [{ sourceVolume = "tmp", containerPath = "/tmp", readOnly = false }],
       local.on_efs ? [{ sourceVolume = "registry", containerPath = local.registry_dir, readOnly = false }] : [],
     )
+    # grpc.health.v1 over the coordinator's own mTLS material (docker/healthcheck.py in the image).
+    healthCheck = {
+      command     = ["CMD", "/opt/countersign/bin/python", "/usr/local/lib/countersign/healthcheck.py"]
+      interval    = 15
+      timeout     = 5
+      retries     = 3
+      startPeriod = 60
+    }
     logConfiguration = {
       logDriver = "awslogs"
       options = {

@@ -12,6 +12,7 @@
 #   agent runtime        -> its deployer signer 7401  (per deployer runtime_cidr_blocks / _security_group_ids)
 #   Prometheus           -> 9400 / 9401 / 9402        (metrics_cidr_blocks / metrics_security_group_ids)
 #   coordinator          -> EFS 2049 or PostgreSQL 5432; verifiers -> DynamoDB (or PostgreSQL 5432)
+#   each signer          -> its own state EFS 2049 (grants, issued records, child counts, registry copy)
 #   all tasks            -> VPC endpoints 443, S3 prefix list 443 (ECR image layers)
 
 locals {
@@ -106,6 +107,17 @@ resource "aws_security_group" "efs" {
   vpc_id      = var.vpc_id
 
   tags = { Name = "${var.name}-registry-efs" }
+}
+
+resource "aws_security_group" "signer_efs" {
+  #checkov:skip=CKV2_AWS_5:Attached to each signer's state EFS mount target (modules/signer, aws_efs_mount_target.state); all security groups live in this module so every path is declared in one place, and checkov's graph does not follow a module output into another module. tests/infra checks the attachment.
+  for_each = var.deployers
+
+  name        = "${var.name}-signer-${each.key}-efs"
+  description = "EFS mount target of the state of signer ${each.key}: NFS from that signer only"
+  vpc_id      = var.vpc_id
+
+  tags = { Name = "${var.name}-signer-${each.key}-efs", Deployer = each.key }
 }
 
 resource "aws_security_group" "postgres" {
@@ -377,6 +389,32 @@ resource "aws_vpc_security_group_egress_rule" "coordinator_to_efs" {
   referenced_security_group_id = aws_security_group.efs[0].id
 }
 
+# ---------------------------------------------------------------------------------------------
+# Each signer's durable state (SQLite and registry copy) on its own EFS file system
+# ---------------------------------------------------------------------------------------------
+
+resource "aws_vpc_security_group_ingress_rule" "signer_efs_from_signer" {
+  for_each = var.deployers
+
+  security_group_id            = aws_security_group.signer_efs[each.key].id
+  description                  = "NFS (TLS) from the signer of deployer ${each.key}"
+  ip_protocol                  = "tcp"
+  from_port                    = 2049
+  to_port                      = 2049
+  referenced_security_group_id = aws_security_group.signer[each.key].id
+}
+
+resource "aws_vpc_security_group_egress_rule" "signer_to_efs" {
+  for_each = var.deployers
+
+  security_group_id            = aws_security_group.signer[each.key].id
+  description                  = "NFS (TLS) to this signer's state file system"
+  ip_protocol                  = "tcp"
+  from_port                    = 2049
+  to_port                      = 2049
+  referenced_security_group_id = aws_security_group.signer_efs[each.key].id
+}
+
 resource "aws_vpc_security_group_ingress_rule" "postgres_from_coordinator" {
   count = local.has_postgres ? 1 : 0
 
@@ -446,6 +484,8 @@ resource "terraform_data" "paths_open" {
     aws_vpc_security_group_egress_rule.verifier_to_dynamodb,
     aws_vpc_security_group_ingress_rule.efs_from_coordinator,
     aws_vpc_security_group_egress_rule.coordinator_to_efs,
+    aws_vpc_security_group_ingress_rule.signer_efs_from_signer,
+    aws_vpc_security_group_egress_rule.signer_to_efs,
     aws_vpc_security_group_ingress_rule.postgres_from_coordinator,
     aws_vpc_security_group_egress_rule.coordinator_to_postgres,
     aws_vpc_security_group_ingress_rule.postgres_from_verifier,

@@ -28,6 +28,13 @@ output "signer_security_group_ids" {
   depends_on = [terraform_data.paths_open]
 }
 
+output "signer_efs_security_group_ids" {
+  description = "Security group of each signer's state EFS mount target, by deployer id."
+  value       = { for id, sg in aws_security_group.signer_efs : id => sg.id }
+
+  depends_on = [terraform_data.paths_open]
+}
+
 output "efs_security_group_id" {
   description = "Security group of the registry EFS mount targets (null when PostgreSQL holds the registry)."
   value       = try(aws_security_group.efs[0].id, null)

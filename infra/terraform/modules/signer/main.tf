@@ -1,5 +1,6 @@
 # One deployer's signer: its own IAM task role, its own AWS KMS Ed25519 key (which only that
-# role may use to sign), its TLS secret, and one Fargate task in the deployer's availability zone.
+# role may use to sign), its TLS secret, its own EFS file system for its durable state, and one
+# Fargate task in the deployer's availability zone.
 
 data "aws_caller_identity" "current" {}
 
@@ -46,11 +47,24 @@ locals {
         Resource  = "*"
       },
       {
+        Sid       = "SignerReadsItsPublicKey"
+        Effect    = "Allow"
+        Principal = { AWS = aws_iam_role.signer.arn }
+        Action    = ["kms:GetPublicKey", "kms:DescribeKey"]
+        Resource  = "*"
+      },
+      {
+        # Pure Ed25519 only (RFC 8032, what every Countersign verifier checks): the condition keeps
+        # even this role from asking for Ed25519ph (ED25519_PH_SHA_512). kms:SigningAlgorithm exists
+        # only in Sign/Verify requests, so it sits on a kms:Sign-only statement (docs/kms.md).
         Sid       = "OnlyThisDeployersSignerSigns"
         Effect    = "Allow"
         Principal = { AWS = aws_iam_role.signer.arn }
-        Action    = ["kms:Sign", "kms:GetPublicKey", "kms:DescribeKey"]
+        Action    = ["kms:Sign"]
         Resource  = "*"
+        Condition = {
+          StringEquals = { "kms:SigningAlgorithm" = "ED25519_SHA_512" }
+        }
       },
       {
         # Belt and braces: even a grant or a later policy edit that allows signing to another
@@ -66,6 +80,11 @@ locals {
       },
     ]
   }
+
+  # Grants, issued records, per-parent child counts, session counters and the verified copy of the
+  # registry must survive a restart (a restarted signer must neither forget a limit nor reuse a
+  # grant), so they live on this signer's own EFS file system, not in the task's ephemeral storage.
+  state_dir = "/var/lib/countersign/signer"
 
   tls_secret_keys = {
     COUNTERSIGN_TLS_CERT_PEM = "cert"
@@ -92,14 +111,18 @@ locals {
       { name = "grpc", containerPort = var.ports.signer, protocol = "tcp" },
       { name = "metrics", containerPort = var.ports.signer_metrics, protocol = "tcp" },
     ]
+    # Setting names: signer/daemon.py SignerConfig (COUNTERSIGN_<SETTING>). A parent signer's
+    # address is not configured: it travels in each AcceptDelegation request (parent_signer).
     environment = [
       { name = "COUNTERSIGN_DEPLOYER", value = var.deployer_id },
       { name = "COUNTERSIGN_SIGNER_KEY", value = "awskms:${aws_kms_key.signer.arn}" },
+      { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
       { name = "COUNTERSIGN_COORDINATOR", value = var.coordinator_address },
+      { name = "COUNTERSIGN_STATE_URL", value = "sqlite:///${local.state_dir}/signer.db" },
+      { name = "COUNTERSIGN_REGISTRY_CACHE", value = "${local.state_dir}/registry.json" },
       { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.signer}" },
       { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.signer_metrics}" },
       { name = "COUNTERSIGN_ALLOWED_CHILDREN", value = join(",", var.allowed_children) },
-      { name = "COUNTERSIGN_PEER_SIGNERS", value = join(",", [for id, addr in var.peer_addresses : "${id}=${addr}"]) },
       { name = "AWS_REGION", value = var.region },
     ]
     secrets = [
@@ -110,7 +133,16 @@ locals {
     ]
     mountPoints = [
       { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
+      { sourceVolume = "state", containerPath = local.state_dir, readOnly = false },
     ]
+    # grpc.health.v1 over the signer's own mTLS material (docker/healthcheck.py in the image).
+    healthCheck = {
+      command     = ["CMD", "/opt/countersign/bin/python", "/usr/local/lib/countersign/healthcheck.py"]
+      interval    = 15
+      timeout     = 5
+      retries     = 3
+      startPeriod = 60
+    }
     logConfiguration = {
       logDriver = "awslogs"
       options = {
@@ -158,6 +190,27 @@ resource "aws_iam_role" "signer" {
   max_session_duration = 3600
 
   tags = { Deployer = var.deployer_id }
+}
+
+data "aws_iam_policy_document" "task_efs" {
+  statement {
+    sid       = "MountOwnStateThroughAccessPoint"
+    effect    = "Allow"
+    actions   = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
+    resources = [aws_efs_file_system.state.arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "elasticfilesystem:AccessPointArn"
+      values   = [aws_efs_access_point.state.arn]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "task_efs" {
+  name   = "mount-state"
+  role   = aws_iam_role.signer.id
+  policy = data.aws_iam_policy_document.task_efs.json
 }
 
 resource "aws_iam_role" "execution" {
@@ -242,6 +295,108 @@ resource "aws_kms_alias" "signer" {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Durable state on EFS: one file system per signer, reachable only by its task role through its
+# access point, over TLS, from its own security group
+# ---------------------------------------------------------------------------------------------
+
+resource "aws_efs_file_system" "state" {
+  # Backed up by EFS automatic backups (aws_efs_backup_policy below), i.e. AWS Backup's default plan.
+  creation_token   = "${var.name}-signer-${var.deployer_slug}-state"
+  encrypted        = true
+  kms_key_id       = var.kms_key_arn
+  performance_mode = "generalPurpose"
+  throughput_mode  = "elastic"
+
+  tags = { Name = "${var.name}-signer-${var.deployer_slug}-state", Deployer = var.deployer_id }
+}
+
+resource "aws_efs_backup_policy" "state" {
+  file_system_id = aws_efs_file_system.state.id
+
+  backup_policy {
+    status = "ENABLED"
+  }
+}
+
+# One mount target, in the deployer's zone: the signer task runs only there. The data itself is
+# stored across the region's zones by EFS.
+resource "aws_efs_mount_target" "state" {
+  file_system_id  = aws_efs_file_system.state.id
+  subnet_id       = var.subnet_id
+  security_groups = [var.efs_security_group_id]
+}
+
+resource "aws_efs_access_point" "state" {
+  file_system_id = aws_efs_file_system.state.id
+
+  posix_user {
+    uid = var.container_uid
+    gid = var.container_gid
+  }
+
+  root_directory {
+    path = "/signer"
+
+    creation_info {
+      owner_uid   = var.container_uid
+      owner_gid   = var.container_gid
+      permissions = "0750"
+    }
+  }
+
+  tags = { Name = "${var.name}-signer-${var.deployer_slug}-state", Deployer = var.deployer_id }
+}
+
+data "aws_iam_policy_document" "efs" {
+  statement {
+    sid       = "SignerThroughAccessPointOnly"
+    effect    = "Allow"
+    actions   = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
+    resources = [aws_efs_file_system.state.arn]
+
+    principals {
+      type        = "AWS"
+      identifiers = [aws_iam_role.signer.arn]
+    }
+
+    condition {
+      test     = "StringEquals"
+      variable = "elasticfilesystem:AccessPointArn"
+      values   = [aws_efs_access_point.state.arn]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["true"]
+    }
+  }
+
+  statement {
+    sid       = "DenyWithoutTls"
+    effect    = "Deny"
+    actions   = ["*"]
+    resources = [aws_efs_file_system.state.arn]
+
+    principals {
+      type        = "AWS"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_efs_file_system_policy" "state" {
+  file_system_id = aws_efs_file_system.state.id
+  policy         = data.aws_iam_policy_document.efs.json
+}
+
+# ---------------------------------------------------------------------------------------------
 # TLS material (written out of band: cert, key and ca as JSON keys) and logs
 # ---------------------------------------------------------------------------------------------
 
@@ -307,6 +462,20 @@ resource "aws_ecs_task_definition" "signer" {
     name = "tmp"
   }
 
+  volume {
+    name = "state"
+
+    efs_volume_configuration {
+      file_system_id     = aws_efs_file_system.state.id
+      transit_encryption = "ENABLED"
+
+      authorization_config {
+        access_point_id = aws_efs_access_point.state.id
+        iam             = "ENABLED"
+      }
+    }
+  }
+
   tags = { Deployer = var.deployer_id }
 }
 
@@ -343,4 +512,6 @@ resource "aws_ecs_service" "signer" {
   }
 
   tags = { Deployer = var.deployer_id }
+
+  depends_on = [aws_efs_mount_target.state, aws_efs_file_system_policy.state, aws_iam_role_policy.task_efs]
 }

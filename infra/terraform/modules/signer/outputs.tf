@@ -22,3 +22,8 @@ output "tls_secret_arn" {
   description = "Secrets Manager secret to fill with this signer's TLS material (JSON keys cert, key, ca)."
   value       = aws_secretsmanager_secret.tls.arn
 }
+
+output "state_file_system_id" {
+  description = "EFS file system holding this signer's durable state (SQLite and registry copy)."
+  value       = aws_efs_file_system.state.id
+}

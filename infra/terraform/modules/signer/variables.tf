@@ -29,10 +29,9 @@ variable "allowed_children" {
   default     = []
 }
 
-variable "peer_addresses" {
-  description = "host:port of the signers this signer talks to (its parents and children), by deployer id."
-  type        = map(string)
-  default     = {}
+variable "operator_public_key" {
+  description = "The operator's Ed25519 public key (base64url) the signer pins to verify the registry log."
+  type        = string
 }
 
 variable "image" {
@@ -99,6 +98,11 @@ variable "subnet_id" {
 
 variable "security_group_id" {
   description = "This signer's own security group."
+  type        = string
+}
+
+variable "efs_security_group_id" {
+  description = "Security group of this signer's state EFS mount target (NFS from this signer only)."
   type        = string
 }
 

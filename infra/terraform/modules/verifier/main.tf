@@ -11,11 +11,23 @@ locals {
   partition   = data.aws_partition.current.partition
   on_dynamodb = var.nonce_store_backend == "dynamodb"
 
+  # collect=scan (the store's default, spelled out): each replica's collector deletes expired
+  # nonces and child-set entries itself, in bounded batches, and decrements the parents' counters
+  # in the same transaction, which is the behaviour the conformance suite checks against the
+  # reference model. DynamoDB's TTL on expires_at still deletes whatever is left. It needs
+  # dynamodb:Scan (granted below), which the collector's entry count needs in any case.
   store_url = (
     local.on_dynamodb
-    ? "dynamodb://${var.nonce_table_name}?region=${var.region}"
-    : "postgresql://${var.postgres.username}@${var.postgres.address}:${var.postgres.port}/${var.postgres.database}?sslmode=require"
+    ? "dynamodb://${var.nonce_table_name}?region=${var.region}&collect=scan"
+    : "postgresql://${var.postgres.username}@${var.postgres.address}:${var.postgres.port}/${var.postgres.database}?sslmode=require&schema=countersign"
   )
+
+  # The verified copy of the registry log (setting registry_cache), in the task's own storage. A
+  # replica has no stable identity in an ECS service, and replicas must not share one file (each
+  # rewrites it through the same temporary name), so a new replica fetches the whole log again and
+  # verifies every statement under the pinned operator key; until its first fresh heartbeat it
+  # answers REGISTRY_STALE (fails closed). See docs/deploy.md.
+  registry_cache_dir = "/var/lib/countersign/registry-cache"
 
   tls_secret_keys = {
     COUNTERSIGN_TLS_CERT_PEM = "cert"
@@ -47,11 +59,12 @@ locals {
       { name = "grpc", containerPort = var.ports.verifier, protocol = "tcp" },
       { name = "metrics", containerPort = var.ports.verifier_metrics, protocol = "tcp" },
     ]
+    # Setting names: verifier/daemon.py VerifierConfig (COUNTERSIGN_<SETTING>).
     environment = [
       { name = "COUNTERSIGN_STORE_URL", value = local.store_url },
       { name = "COUNTERSIGN_COORDINATOR", value = var.coordinator_address },
       { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
-      { name = "COUNTERSIGN_REGISTRY_CACHE_DIR", value = "/var/lib/countersign/registry-cache" },
+      { name = "COUNTERSIGN_REGISTRY_CACHE", value = "${local.registry_cache_dir}/registry.json" },
       { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.verifier}" },
       { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.verifier_metrics}" },
       { name = "AWS_REGION", value = var.region },
@@ -67,8 +80,17 @@ locals {
     )
     mountPoints = [
       { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
-      { sourceVolume = "registry-cache", containerPath = "/var/lib/countersign/registry-cache", readOnly = false },
+      { sourceVolume = "registry-cache", containerPath = local.registry_cache_dir, readOnly = false },
     ]
+    # grpc.health.v1 over the verifier's own mTLS material (docker/healthcheck.py in the image);
+    # the NLB's own health check stays a TCP check.
+    healthCheck = {
+      command     = ["CMD", "/opt/countersign/bin/python", "/usr/local/lib/countersign/healthcheck.py"]
+      interval    = 15
+      timeout     = 5
+      retries     = 3
+      startPeriod = 60
+    }
     logConfiguration = {
       logDriver = "awslogs"
       options = {
@@ -131,6 +153,15 @@ data "aws_iam_policy_document" "task_nonce_table" {
       "dynamodb:Query",
       "dynamodb:UpdateItem",
     ]
+    resources = [var.nonce_table_arn]
+  }
+
+  statement {
+    # collect=scan: the collector's bounded, resumable Scan for expired items, and entry_count
+    # (the countersign_store_entries gauge) after each collection round.
+    sid       = "NonceTableCollectorScan"
+    effect    = "Allow"
+    actions   = ["dynamodb:Scan"]
     resources = [var.nonce_table_arn]
   }
 
