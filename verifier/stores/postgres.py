@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -202,7 +202,8 @@ def parse_url(url: str) -> tuple[str, str, dict[str, int]]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     own = {k: v for k, v in query if k in _OWN_PARAMS}
     passed = [(k, v) for k, v in query if k not in _OWN_PARAMS]
-    libpq_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), ""))
+    # libpq decodes %XX only: a space must go back as %20, not as urlencode's default "+".
+    libpq_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed, quote_via=quote), ""))
     try:
         params: dict[str, Any] = conninfo_to_dict(libpq_url)
     except psycopg.ProgrammingError as exc:
@@ -250,7 +251,11 @@ class PostgresState:
             kwargs={"autocommit": True},
             configure=self._configure,
             timeout=self._timeout,
-            reconnect_timeout=3600.0,
+            # Short on purpose: psycopg_pool doubles the delay between reconnection attempts without a
+            # cap until reconnect_timeout, so with a long one a verifier stayed unavailable after an
+            # outage for about as long again as the outage lasted. A chain that gives up frees its
+            # slot and the next request starts a fresh one, so reconnection follows within seconds.
+            reconnect_timeout=5.0,
             name=f"countersign-{self.schema}",
             open=False,
         )
