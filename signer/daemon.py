@@ -121,8 +121,8 @@ class SignerMetrics:
         staleness.set_function(follower.staleness_seconds)
 
 
-def _refuse(code: str, message: str, status: grpc.StatusCode = REFUSED) -> ServiceError:
-    return ServiceError(code, message, status)
+def _refuse(code: str, message: str, status: grpc.StatusCode = REFUSED, *, retryable: bool = False) -> ServiceError:
+    return ServiceError(code, message, status, retryable=retryable)
 
 
 def _agent_policy(agent: signer_pb2.AgentFields) -> Policy:
@@ -154,23 +154,31 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._follower = follower
         self._metrics = metrics
         self._policy = VerifierPolicy(frozenset({CONSTRUCTION}), config.clock_skew_ms)
-        self._peers: dict[tuple[str, str], signer_pb2_grpc.SignerStub] = {}
-        self._channels: list[grpc.Channel] = []
+        self._peers: dict[tuple[str, str], tuple[grpc.Channel, signer_pb2_grpc.SignerStub]] = {}
         self._peers_lock = threading.Lock()
 
     def _peer(self, address: str, deployer: str) -> signer_pb2_grpc.SignerStub:
         """A stub on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
         with self._peers_lock:
-            stub = self._peers.get((address, deployer))
-            if stub is None:
+            peer = self._peers.get((address, deployer))
+            if peer is None:
                 channel = open_channel(address, self._config.tls, signer_dns(deployer))
-                self._channels.append(channel)
-                stub = self._peers[(address, deployer)] = signer_pb2_grpc.SignerStub(channel)
-            return stub
+                peer = self._peers[(address, deployer)] = (channel, signer_pb2_grpc.SignerStub(channel))
+            return peer[1]
+
+    def _forget_peer(self, address: str, deployer: str, stub: signer_pb2_grpc.SignerStub) -> None:
+        """Drop the kept channel after UNAVAILABLE: a channel that saw its peer go away waits out
+        gRPC's reconnect backoff (growing to minutes), so the next delegation dials afresh instead.
+        The dropped channel is not closed here (calls still on it would be cancelled); it is freed
+        when they finish."""
+        with self._peers_lock:
+            peer = self._peers.get((address, deployer))
+            if peer is not None and peer[1] is stub:
+                del self._peers[(address, deployer)]
 
     def close(self) -> None:
         with self._peers_lock:
-            for channel in self._channels:
+            for channel, _ in self._peers.values():
                 channel.close()
             self._peers.clear()
 
@@ -180,7 +188,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         registry, fresh = self._follower.view()
         if not fresh:
             raise _refuse(
-                "REGISTRY_STALE", "this signer's registry copy is stale; refusing", grpc.StatusCode.UNAVAILABLE
+                "REGISTRY_STALE",
+                "this signer's registry copy is stale; refusing",
+                grpc.StatusCode.UNAVAILABLE,
+                retryable=True,
             )
         return registry
 
@@ -344,6 +355,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self, request: signer_pb2.OpenGrantRequest, context: grpc.ServicerContext
     ) -> signer_pb2.OpenGrantResponse:
         self._require_runtime(context)
+        if request.ttl_ms < 0:
+            raise _refuse("INVALID_ARGUMENT", "ttl_ms must not be negative (0: the default)", INVALID)
         registry = self._registry()
         parent, digest = self._own_parent(request.parent_path)
         child = request.child_deployer
@@ -420,10 +433,13 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             outcome = "ok"
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
+            if error.code == "UNAVAILABLE":  # the transport failed (a refusal carries its own code)
+                self._forget_peer(request.parent_signer, parent_deployer, stub)
             outcome = "unreachable" if error.retryable else "refused"
             code = "PARENT_UNREACHABLE" if error.retryable else "PARENT_REFUSED"
             status = grpc.StatusCode.UNAVAILABLE if error.retryable else REFUSED
-            raise _refuse(code, f"parent signer {parent_deployer}: {error.code}: {error}", status) from None
+            message = f"parent signer {parent_deployer}: {error.code}: {error}"
+            raise _refuse(code, message, status, retryable=error.retryable) from None
         finally:
             self._metrics.cosign_latency.labels(outcome).observe(time.perf_counter() - started)
         try:

@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from countersign.service.config import ConfigError, TlsConfig, parse_address
+from countersign.service.errors import ServiceError, abort
 from countersign.service.logs import setup_logging
 from countersign.service.tls import CHANNEL_OPTIONS, server_credentials
 
@@ -39,13 +40,64 @@ class Daemon(Protocol):
         """Stop background work and release stores, after the server has drained."""
         ...
 
+    # Optional: ``stopping()``, called when shutdown begins, before the server drains: end open
+    # streams there, so that only in-flight unary calls use the grace period.
+
+
+class _Undecodable:
+    """A request whose bytes do not parse as the method's message type."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # protobuf's DecodeError, also for bad UTF-8 in a string field
+            return _Undecodable(exc)
+
+    return parse
+
+
+def _refusing(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            error = f"the request is not a valid message: {request.error}"
+            abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
+        return behaviour(request, context)
+
+    return handle
+
+
+class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Answer a request that does not parse with INVALID_ARGUMENT. Left to gRPC it would be INTERNAL
+    (which means a bug) and log an error with a traceback for what is only bad client input."""
+
+    def intercept_service(
+        self, continuation: Callable[[Any], Any], handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_streaming or not hasattr(handler, "_replace"):
+            return handler
+        if handler.request_deserializer is None:
+            return handler
+        method = "unary_stream" if handler.response_streaming else "unary_unary"
+        return handler._replace(
+            request_deserializer=_tolerant(handler.request_deserializer),
+            **{method: _refusing(getattr(handler, method))},
+        )
+
 
 def create_server(
     listen: str, tls: TlsConfig, register: Callable[[grpc.Server], Sequence[str]], *, max_workers: int = 16
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build and start a server bound to ``listen`` (port 0 picks a free port); return it with its port."""
     parse_address(listen, "listen")
-    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS, interceptors=[DecodeGuard()]
+    )
     names = list(register(server))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -109,6 +161,9 @@ def run_daemon(
     stop.wait()
     log.info("stopping", extra={"grace_s": grace_s})
     health_servicer.enter_graceful_shutdown()
+    stopping = getattr(daemon, "stopping", None)
+    if stopping is not None:
+        stopping()
     server.stop(grace_s).wait()
     daemon.close()
     if httpd is not None:
