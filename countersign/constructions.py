@@ -7,6 +7,7 @@ honest material and attack it.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -98,9 +99,12 @@ def edge_signing_input(manifest: bytes) -> bytes:
     return pae(PAYLOAD_TYPE_EDGE, manifest)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class EdgeProposal:
-    """A cross-deployer child record awaiting co-signatures: what the child asks its parent to sign."""
+    """A cross-deployer child record awaiting co-signatures: what the child asks its parent to sign.
+
+    τ is computed once per proposal (both co-signatures and their checks use it).
+    """
 
     parent: Envelope
     child: NodeRecord
@@ -113,12 +117,24 @@ class EdgeProposal:
             CoSignature(CoSignerRole.CHILD, self.child.deployer, self.child.key_id, ""),
         )
 
+    @functools.cached_property
+    def child_bytes(self) -> bytes:
+        """Canonical bytes of the child record (co-signatures empty): what travels to the parent."""
+        return Envelope.build(self.child, None).record_bytes()
+
+    @functools.cached_property
+    def _manifest(self) -> bytes:
+        return edge_manifest(self.parent.digest(), self.child_bytes, self.cosigners())
+
     def manifest(self) -> bytes:
-        child_bytes = Envelope.build(self.child, None).record_bytes()
-        return edge_manifest(self.parent.digest(), child_bytes, self.cosigners())
+        return self._manifest
+
+    @functools.cached_property
+    def _signing_input(self) -> bytes:
+        return edge_signing_input(self._manifest)
 
     def signing_input(self) -> bytes:
-        return edge_signing_input(self.manifest())
+        return self._signing_input
 
 
 def cosign(proposal: EdgeProposal, signer: Signer, role: CoSignerRole) -> CoSignature:

@@ -47,7 +47,7 @@ from countersign.service.config import ConfigError, TlsConfig, parse_address, pa
 from countersign.service.errors import ServiceError, from_rpc_error, servicer_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
-from countersign.verify import MAX_CLOCK_SKEW_MS, VerifierPolicy, edge_violation, verify_structure
+from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
 from signer.backends import load_signer
 from signer.store import Grant, SignerStore, Transaction
 
@@ -55,6 +55,7 @@ log = logging.getLogger("countersign.signer")
 CONSTRUCTION = Construction.SIGNED_DAG
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 REFUSED = grpc.StatusCode.FAILED_PRECONDITION
+PARSED_PATH_CACHE = 1024
 
 
 @dataclasses.dataclass
@@ -153,9 +154,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._store = store
         self._follower = follower
         self._metrics = metrics
-        self._policy = VerifierPolicy(frozenset({CONSTRUCTION}), config.clock_skew_ms)
         self._peers: dict[tuple[str, str], tuple[grpc.Channel, signer_pb2_grpc.SignerStub]] = {}
         self._peers_lock = threading.Lock()
+        self._parsed: dict[str, Path] = {}
+        self._parsed_lock = threading.Lock()
 
     def _peer(self, address: str, deployer: str) -> signer_pb2_grpc.SignerStub:
         """A stub on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
@@ -212,20 +214,22 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         """The path of a record this signer issued (as stored when issued), and that record's digest.
 
         The stored path was checked when the record was issued and its leaf binds the prefix by
-        digest, so it is not verified again here.
+        digest, so it is not verified again here. Parsed stored paths are kept in a small cache.
         """
         digest = self._parse_path(data).leaf.digest()
+        with self._parsed_lock:
+            cached = self._parsed.get(digest)
+        if cached is not None:
+            return cached, digest
         stored = self._store.issued_path(digest)
         if stored is None:
             raise _refuse("PARENT_UNKNOWN", "the parent record was not issued by this signer")
-        return Path.from_bytes(stored), digest
-
-    def _check_sound(self, path: Path, registry: Registry) -> None:
-        result = verify_structure(path, registry=registry, now_ms=now_ms(), policy=self._policy)
-        if not result:
-            raise _refuse(
-                "INVALID_ARGUMENT", f"parent path does not verify: {result.reason} at {result.index}", INVALID
-            )
+        path = Path.from_bytes(stored)
+        with self._parsed_lock:
+            if len(self._parsed) >= PARSED_PATH_CACHE:
+                self._parsed.pop(next(iter(self._parsed)))
+            self._parsed[digest] = path
+        return path, digest
 
     def _depth_limit(self, path: Path) -> int:
         limits = [e.record.policy.max_depth for e in path.envelopes if e.record.policy.max_depth is not None]
@@ -264,9 +268,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         return signer_pb2.IssueResponse(path=path.to_bytes(), record_digest=path.leaf.digest())
 
     def _record(self, method: str, path: Path) -> signer_pb2.IssueResponse:
-        """Store a newly issued record (with its path) and answer with it."""
+        """Store a newly issued record that spent nothing here (a root, or an accepted delegation whose
+        child slot the parent's signer spent durably) and answer with it."""
         data, digest = path.to_bytes(), path.leaf.digest()
-        self._store.transaction(lambda tx: tx.record_issued(digest, data, path.leaf.record.expires_ms))
+        self._store.transaction(lambda tx: tx.record_issued(digest, data, path.leaf.record.expires_ms), durable=False)
         self._metrics.requests.labels(method, "OK").inc()
         return signer_pb2.IssueResponse(path=data, record_digest=digest)
 
@@ -388,8 +393,9 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         registry = self._registry()
+        # The parent path is not verified here: the parent's signer co-signs only a record it issued
+        # (its leaf binds the prefix by digest), and the parent's co-signature is verified below.
         parent = self._parse_path(request.parent_path)
-        self._check_sound(parent, registry)
         parent_record = parent.leaf.record
         if parent_record.deployer == self._config.deployer:
             raise _refuse("POLICY_REFUSED", "a delegation crosses deployers; use IssueLocalChild")
@@ -414,11 +420,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> CoSignature:
         """Ask the parent's signer for its co-signature; any failure fails the delegation closed."""
         parent_deployer = proposal.parent.record.deployer
-        child_bytes = Envelope.build(proposal.child, None).record_bytes()
         call = signer_pb2.CoSignEdgeRequest(
             grant_id=request.grant_id,
             parent_path=request.parent_path,
-            child_record=child_bytes,
+            child_record=proposal.child_bytes,
             child_cosignature=json.dumps(child_cosig.to_json()),
         )
         started = time.perf_counter()

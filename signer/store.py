@@ -57,22 +57,35 @@ class SignerStore:
             raise ConfigError(f"cannot open signer state {parts.path}: {exc}") from None
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, durable: bool) -> Iterator[sqlite3.Connection]:
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                if not durable:
+                    self._db.execute("PRAGMA synchronous=NORMAL")
                 try:
-                    yield self._db
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
+                    self._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield self._db
+                    except BaseException:
+                        self._db.execute("ROLLBACK")
+                        raise
+                    self._db.execute("COMMIT")
+                finally:
+                    if not durable:
+                        self._db.execute("PRAGMA synchronous=FULL")
             except sqlite3.Error as exc:
                 raise StateUnavailable(f"signer state: {exc}") from exc
 
-    def transaction(self, work: Callable[[Transaction], T]) -> T:
-        """Run ``work`` atomically; an exception it raises rolls everything back."""
-        with self._transaction() as db:
+    def transaction(self, work: Callable[[Transaction], T], *, durable: bool = True) -> T:
+        """Run ``work`` atomically; an exception it raises rolls everything back.
+
+        ``durable`` (the default) syncs the commit to disk before returning: it is what spends a grant,
+        a child slot or a session number, which must survive even a power loss. Recording a record
+        that spends nothing (a root, or a child whose slot the parent's signer spent) may pass
+        ``durable=False``: the commit still survives a crash or kill of this process (WAL), only an
+        operating-system crash may lose it, and then the record is merely unknown here (fail closed).
+        """
+        with self._transaction(durable) as db:
             return work(Transaction(db))
 
     def issued_path(self, digest: str) -> bytes | None:

@@ -10,6 +10,7 @@ that the certificate is *that deployer's* signer, whatever address it was told.
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -84,7 +85,13 @@ def peer_identity(context: grpc.ServicerContext) -> PeerIdentity | None:
     pems = context.auth_context().get("x509_pem_cert")
     if not pems:
         return None
-    certificate = x509.load_pem_x509_certificate(pems[0])
+    return _identity_of(pems[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _identity_of(pem: bytes) -> PeerIdentity | None:
+    """Parsed once per certificate: peers present the same certificate on every call."""
+    certificate = x509.load_pem_x509_certificate(pem)
     try:
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
