@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types unit bench conformance proto vectors clean venv
+.PHONY: demo test lint types unit bench conformance proto vectors clean venv zones zones-deps
 
 include infra/tools.mk
 
@@ -27,10 +27,14 @@ lint: $(STAMP)
 	sh docker/lint.sh
 
 types: $(STAMP)
-	$(VENV)/bin/mypy countersign signer verifier coordinator
+	$(VENV)/bin/mypy countersign signer verifier coordinator zones
 
-# Tests that restart shared services run alone, after the parallel run.
-unit: $(STAMP)
+# System packages for the three-zone tests (iptables, iproute2), installed by the project itself.
+zones-deps:
+	sh zones/requirements.sh
+
+# Tests that restart shared services or rewire the network run alone, after the parallel run.
+unit: $(STAMP) zones-deps
 	$(VENV)/bin/pytest --ignore=tests/infra -n 2 -m "not exclusive"
 	$(VENV)/bin/pytest --ignore=tests/infra -m exclusive
 
@@ -42,6 +46,10 @@ vectors: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Three zones on one machine (network namespaces): latency, issuance and revocation delay.
+zones: $(STAMP) zones-deps
+	$(PY) -m zones measure
 
 conformance: $(STAMP)
 	$(VENV)/bin/countersign conformance --trials 1000

@@ -1,0 +1,461 @@
+"""``python -m zones measure``: issuance, full verification and revocation propagation across three zones.
+
+With about 1 ms of round trip between zones (0.5 ms one way on every inter-zone route), mTLS on:
+
+1. issuance of a co-signed cross-deployer edge: the child runtime (zone-b) calls its signer
+   (zone-b), which asks the parent's signer (zone-a) to co-sign; the time of ``AcceptDelegation``;
+2. full verification through the verifier service: a client in one zone, the verifier in another,
+   a depth-5 SIGNED-DAG path (13 signatures) in accept mode (nonce consumed in PostgreSQL);
+3. revocation propagation: from just before the operator's ``Submit`` (the coordinator accepts it
+   on receipt) until EVERY verifier rejects a path signed by the revoked key with ``KEY_REVOKED``.
+
+Each is measured under two storage profiles, because on this machine a disk ``fsync`` costs about
+4 ms and every issuance and every accept commits (SQLite ``synchronous=FULL`` in both signers,
+PostgreSQL ``synchronous_commit=on``):
+
+* ``durable``: daemon state on disk, PostgreSQL as configured;
+* ``fast-commit``: daemon state on tmpfs and the verifiers' PostgreSQL sessions with
+  ``synchronous_commit=off`` — what a disk with a sub-millisecond fsync would show. Not a
+  production setting: a PostgreSQL crash may forget the last consumed nonces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+from countersign.keys import Ed25519Signer
+from countersign.reasons import Reason
+from countersign.service.clients import VerifierClient
+from countersign.service.errors import ServiceError
+from zones.evidence import Evidence, Operator, signed_paths
+from zones.mesh import DEFAULT_POSTGRES_URL, METRICS_OFFSET, REPO_ROOT, ZoneMesh
+from zones.net import check_namespaces
+
+PUBLISHED = {
+    "issuance": (3.651, 4.384),
+    "verification": (5.015, 6.642),
+}
+REVOCATION_TARGET_P99_MS = 1000.0
+MEASURE_DEPLOYER = "deployer-rev"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100])."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Series:
+    values_ms: list[float] = field(default_factory=list)
+    discarded: int = 0  # attempts that met a store outage (not counted)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values_ms) if self.values_ms else float("nan")
+
+    def p(self, q: float) -> float:
+        return percentile(self.values_ms, q)
+
+
+@dataclass
+class ProfileResult:
+    name: str
+    rtt_direct_ms: float = 0.0
+    rtt_route_ms: float = 0.0
+    issuance: Series = field(default_factory=Series)
+    verification: dict[str, Series] = field(default_factory=dict)
+    revocation: Series = field(default_factory=Series)
+    revocation_misses: int = 0
+    configured_delay_ms: float = 0.0
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+
+# --- pieces ---------------------------------------------------------------------------------------
+
+
+def histogram(zoned: ZoneMesh, daemon: str, name: str, **labels: str) -> tuple[float, float]:
+    """(sum, count) of a Prometheus histogram on ``daemon``'s metrics port."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    host, port = zoned.local.daemons[daemon].address.rsplit(":", 1)
+    metrics = zoned.local.daemons[daemon].metrics_port or int(port) + METRICS_OFFSET
+    with urllib.request.urlopen(f"http://{host}:{metrics}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not all(sample.labels.get(k) == v for k, v in labels.items()):
+                continue
+            if sample.name == f"{name}_sum":
+                total += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+    return total, count
+
+
+def mean_between(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Mean (ms) of the observations made between two histogram readings."""
+    count = after[1] - before[1]
+    return (after[0] - before[0]) / count * 1000 if count else float("nan")
+
+
+def echo_rtt(address: str, count: int) -> float:
+    """Median round trip (ms) of a 64-byte message to an echo server over one kept connection."""
+    host, port = address.rsplit(":", 1)
+    samples = []
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = b"x" * 64
+        for _ in range(count):
+            started = time.perf_counter()
+            conn.sendall(payload)
+            received = b""
+            while len(received) < len(payload):
+                chunk = conn.recv(len(payload) - len(received))
+                if not chunk:
+                    raise ConnectionError("echo server closed")
+                received += chunk
+            samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def calibrate(zoned: ZoneMesh, one_way_ms: float, log: Callable[[str], None], rounds: int = 6) -> float:
+    """Adjust the proxies' configured delay so that an inter-zone round trip *adds* ``2 × one_way_ms``
+    to a direct one (the proxies' own forwarding time counts against the delay). Returns the
+    configured one-way delay. With netem (no proxy hop) the delay is used as given."""
+    if not zoned.proxied or one_way_ms <= 0:
+        return one_way_ms
+    target = 2 * one_way_ms
+    configured = one_way_ms
+    direct = echo_rtt(zoned.echo_address("a", delayed=False), 200)
+    for _ in range(rounds):
+        zoned.set_delay(configured)
+        time.sleep(0.1)  # the proxies reload on SIGHUP
+        added = echo_rtt(zoned.echo_address("a", delayed=True), 200) - direct
+        log(f"  configured one-way {configured:.3f} ms -> round trip adds {added:.3f} ms (target {target:.3f})")
+        if abs(added - target) < 0.05:
+            break
+        configured = max(0.0, configured + (target - added) / 2)
+    zoned.set_delay(configured)
+    time.sleep(0.1)
+    return configured
+
+
+def measure_issuance(zoned: ZoneMesh, count: int, warmup: int) -> Series:
+    parent_runtime, child_runtime = zoned.runtime("deployer-a"), zoned.runtime("deployer-b")
+    try:
+        parent = parent_runtime.root("measure-parent", "zones", max_children=count + warmup + 10)
+        address = zoned.signer_address("deployer-a", from_deployer="deployer-b")
+        series = Series()
+        for index in range(count + warmup):
+            grant = parent_runtime.open_grant(parent, "deployer-b")
+            started = time.perf_counter()
+            child_runtime.accept(parent, grant, address, f"measure-child-{index}")
+            elapsed = (time.perf_counter() - started) * 1000
+            if index >= warmup:
+                series.values_ms.append(elapsed)
+        return series
+    finally:
+        parent_runtime.close()
+        child_runtime.close()
+
+
+def measure_verification(zoned: ZoneMesh, index: int, from_zone: str, count: int, warmup: int) -> Series:
+    keys = {d: zoned.local.deployer_keys[d] for d in ("deployer-a", "deployer-b", "deployer-c")}
+    evidence = signed_paths(keys, count + warmup, depth=5)
+    client = zoned.verifier_client(index, from_zone=from_zone)
+    try:
+        series = Series()
+        for position, item in enumerate(evidence):
+            data = item.data
+            started = time.perf_counter()
+            try:
+                result, _ = client.verify(data, item.output)
+            except ServiceError as exc:
+                if exc.code != "STATE_UNAVAILABLE":
+                    raise
+                # The store was unreachable (another suite restarting PostgreSQL): no sample.
+                series.discarded += 1
+                time.sleep(0.5)
+                continue
+            elapsed = (time.perf_counter() - started) * 1000
+            if not result:
+                raise RuntimeError(f"a valid depth-5 path was rejected: {result}")
+            if position >= warmup:
+                series.values_ms.append(elapsed)
+        return series
+    finally:
+        client.close()
+
+
+def _wait_all_accept(clients: Sequence[VerifierClient], data: bytes, output: bytes, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for client in clients:
+        while True:
+            try:
+                result, _ = client.verify(data, output, audit=True)
+            except ServiceError as exc:
+                if exc.code != "STATE_UNAVAILABLE" or time.monotonic() > deadline:
+                    raise
+                continue
+            if result:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"a path signed by a freshly added key is not accepted: {result}")
+            time.sleep(0.005)
+
+
+def _poll_revoked(
+    client: VerifierClient, item: Evidence, go: threading.Event, seen: list[float | None], slot: int, timeout_s: float
+) -> None:
+    """Once ``go`` is set, ask ``client`` (audit mode) until it rejects ``item`` with KEY_REVOKED."""
+    go.wait()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            result, _ = client.verify(item.data, item.output, audit=True)
+        except ServiceError:
+            continue  # a store outage is no answer: ask again
+        if not result and result.reason is Reason.KEY_REVOKED:
+            seen[slot] = time.monotonic()
+            return
+
+
+def measure_revocation(zoned: ZoneMesh, count: int, *, timeout_s: float = 10.0) -> tuple[Series, int]:
+    """Revoke ``count`` fresh keys one after another; per revocation, the time until all verifiers reject."""
+    operator = Operator(zoned.local)
+    clients = [zoned.verifier_client(i) for i in range(3)]
+    series, misses = Series(), 0
+    try:
+        first = Ed25519Signer.generate()
+        operator.enrol(MEASURE_DEPLOYER, first)
+        for _ in range(count):
+            key = Ed25519Signer.generate()
+            operator.add_key(MEASURE_DEPLOYER, key)
+            (item,) = signed_paths({MEASURE_DEPLOYER: key}, 1, depth=1)
+            _wait_all_accept(clients, item.data, item.output)
+            revoke = operator.revoke_statement(MEASURE_DEPLOYER, key)
+            go = threading.Event()
+            seen: list[float | None] = [None] * len(clients)
+            threads = [
+                threading.Thread(target=_poll_revoked, args=(c, item, go, seen, i, timeout_s), daemon=True)
+                for i, c in enumerate(clients)
+            ]
+            for thread in threads:
+                thread.start()
+            sent, _ = operator.submit(revoke)
+            go.set()
+            for thread in threads:
+                thread.join(timeout_s + 5)
+            if any(t is None for t in seen):
+                misses += 1
+                continue
+            series.values_ms.append((max(t for t in seen if t is not None) - sent) * 1000)
+        return series, misses
+    finally:
+        for client in clients:
+            client.close()
+        operator.close()
+
+
+def run_profile(
+    name: str,
+    *,
+    delay_ms: float,
+    issuances: int,
+    verifications: int,
+    revocations: int,
+    warmup: int,
+    delay_mode: str,
+    base_dir: Path,
+    postgres_url: str,
+    log: Callable[[str], None],
+    calibrate_delay: bool = True,
+) -> ProfileResult:
+    result = ProfileResult(name)
+    workdir = Path(tempfile.mkdtemp(prefix="zones-measure-", dir=base_dir))
+    try:
+        with ZoneMesh(workdir, delay_ms=delay_ms, delay_mode=delay_mode, postgres_url=postgres_url) as zoned:
+            log(f"[{name}] zones up ({zoned.delay_mode}); calibrating")
+            result.configured_delay_ms = calibrate(zoned, delay_ms, log) if calibrate_delay else delay_ms
+            result.rtt_direct_ms = echo_rtt(zoned.echo_address("a", delayed=False), 300)
+            result.rtt_route_ms = echo_rtt(zoned.echo_address("a", delayed=True), 300)
+            log(f"[{name}] issuance x{issuances}")
+            cosign = ("deployer-b", "countersign_cosign_seconds")
+            before = histogram(zoned, *cosign, outcome="ok")
+            result.issuance = measure_issuance(zoned, issuances, warmup)
+            result.breakdown["issuance: parent co-sign round trip (child signer's histogram)"] = mean_between(
+                before, histogram(zoned, *cosign, outcome="ok")
+            )
+            log(f"[{name}] verification x{verifications}")
+            for index, client_zone, label in (
+                (0, "b", "client zone-b -> verifier-0 (zone-a, database local)"),
+                (1, "a", "client zone-a -> verifier-1 (zone-b, database remote)"),
+            ):
+                service = (f"verifier-{index}", "countersign_verify_seconds")
+                before = histogram(zoned, *service, mode="accept")
+                result.verification[label] = measure_verification(zoned, index, client_zone, verifications, warmup)
+                result.breakdown[f"verification: inside verifier-{index} (service histogram)"] = mean_between(
+                    before, histogram(zoned, *service, mode="accept")
+                )
+            log(f"[{name}] revocation x{revocations}")
+            result.revocation, result.revocation_misses = measure_revocation(zoned, revocations)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def verdict(value: float, target: float) -> str:
+    return "below" if value < target else "ABOVE"
+
+
+def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, mode: str, load: str, cpu: str) -> str:
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"Measured {today} on {platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()}),",
+        f"`{command}`; target inter-zone one-way delay {delay_ms} ms ({mode}, calibrated so that a round trip"
+        f" adds {2 * delay_ms} ms); mTLS on everywhere; {cpu}; load average before the run {load}.",
+        "",
+    ]
+    for result in results:
+        parts = ", ".join(f"{label} {value:.3f} ms" for label, value in result.breakdown.items())
+        lines.append(f"- {result.name} means: {parts}")
+    for result in results:
+        lines.append(
+            f"- {result.name}: configured one-way delay {result.configured_delay_ms:.3f} ms; echo round trip to"
+            f" zone-a direct {result.rtt_direct_ms:.3f} ms, through an inter-zone route {result.rtt_route_ms:.3f} ms"
+            f" (the route adds {result.rtt_route_ms - result.rtt_direct_ms:.3f} ms)"
+        )
+    header = (
+        "| measurement | published (3 AWS AZs, no TLS) | profile | n | mean ms | p50 ms | p95 ms | p99 ms"
+        " | vs published |"
+    )
+    lines += ["", header, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    pub_i, pub_v = PUBLISHED["issuance"], PUBLISHED["verification"]
+    for result in results:
+        s = result.issuance
+        lines.append(
+            f"| co-signed cross-deployer issuance (zone-b child, zone-a parent) | {pub_i[0]} mean, p95 {pub_i[1]} "
+            f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} | {_ms(s.p(99))} "
+            f"| {verdict(s.mean, pub_i[0])} |"
+        )
+    for result in results:
+        for label, s in result.verification.items():
+            note = f" ({s.discarded} calls met a store outage, not counted)" if s.discarded else ""
+            lines.append(
+                f"| full verification, depth-5 SIGNED-DAG, accept: {label}{note} | {pub_v[0]} mean, p95 {pub_v[1]} "
+                f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} "
+                f"| {_ms(s.p(99))} | {verdict(s.mean, pub_v[0])} |"
+            )
+    for result in results:
+        s = result.revocation
+        miss = f", {result.revocation_misses} not seen in 10 s" if result.revocation_misses else ""
+        lines.append(
+            f"| revocation: operator Submit -> every verifier rejects (KEY_REVOKED) | target p99 < 1000 "
+            f"| {result.name} | {len(s.values_ms)}{miss} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} "
+            f"| {_ms(s.p(99))} | p99 {'below' if s.p(99) < REVOCATION_TARGET_P99_MS else 'ABOVE'} target |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zones measure", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few samples")
+    parser.add_argument("--issuances", type=int, default=300)
+    parser.add_argument("--verifications", type=int, default=300)
+    parser.add_argument("--revocations", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--delay-ms", type=float, default=0.5, help="one-way delay per inter-zone route")
+    parser.add_argument("--delay-mode", choices=("auto", "proxy", "netem"), default="auto")
+    parser.add_argument(
+        "--profile", choices=("durable", "fast-commit", "both"), default="both", help="storage profile(s)"
+    )
+    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
+    parser.add_argument(
+        "--spin",
+        action="store_true",
+        help="keep every CPU out of idle with SCHED_IDLE busy loops (removes the VM's wake-up latency)",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.issuances, args.verifications, args.revocations, args.warmup = 40, 40, 8, 10
+    check_namespaces()
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    profiles = ["durable", "fast-commit"] if args.profile == "both" else [args.profile]
+    results = []
+    spinners = start_spinners() if args.spin else []
+    try:
+        results = run_profiles(args, profiles, log)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    command = "python -m zones measure " + " ".join(argv if argv is not None else sys.argv[2:])
+    cpu = "CPUs kept awake by SCHED_IDLE spinners" if args.spin else "CPUs left to idle (no spinners)"
+    print(report(results, command=command.strip(), delay_ms=args.delay_ms, mode=args.delay_mode, load=load, cpu=cpu))
+    return 0
+
+
+def start_spinners() -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return [
+        subprocess.Popen([sys.executable, "-m", "zones.spin"], env=env, cwd=REPO_ROOT)
+        for _ in range(os.cpu_count() or 1)
+    ]
+
+
+def run_profiles(args: argparse.Namespace, profiles: list[str], log: Callable[[str], None]) -> list[ProfileResult]:
+    results = []
+    for name in profiles:
+        if name == "durable":
+            base, url = Path(tempfile.gettempdir()), args.postgres_url
+        else:
+            base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())  # noqa: S108
+            sep = "&" if "?" in args.postgres_url else "?"
+            url = args.postgres_url + sep + urlencode({"options": "-c synchronous_commit=off"}, quote_via=quote)
+        results.append(
+            run_profile(
+                name,
+                delay_ms=args.delay_ms,
+                issuances=args.issuances,
+                verifications=args.verifications,
+                revocations=args.revocations,
+                warmup=args.warmup,
+                delay_mode=args.delay_mode,
+                base_dir=base,
+                postgres_url=url,
+                log=log,
+            )
+        )
+    return results

@@ -1,0 +1,170 @@
+"""The client retry and deadline policy the zone scenarios use (documented in docs/zones.md).
+
+* Every attempt has its own deadline (``attempt_timeout_s``); the whole operation has an overall
+  deadline (``deadline_s``) and an attempt budget.
+* Retried: transport failures (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``) and the typed retryable codes
+  (``STATE_UNAVAILABLE``, ``PARENT_UNREACHABLE``, a signer's ``REGISTRY_STALE``), with capped
+  exponential backoff and full jitter.
+* Verification fails over: each retry goes to the next replica in the client's list (its own zone
+  first). A ``REGISTRY_STALE`` *verdict* is not a judgement on the path (the replica checked
+  nothing), so it too moves on to the next replica.
+* Accept mode is not idempotent: a request whose answer was lost may still have consumed the leaf
+  nonce. When an earlier attempt of the same call failed in a way that may have reached a verifier
+  and a later attempt answers ``NONCE_REPLAYED``, the outcome is reported as
+  ``replayed_after_unknown`` — the path *was* admitted exactly once in the shared store, but this
+  client cannot prove it was by its own attempt (a replay by someone else looks the same). It is
+  never reported as an accept.
+* Issuance: ``AcceptDelegation`` is retried on ``PARENT_UNREACHABLE`` with the same grant; if the
+  parent refuses with ``GRANT_USED`` (a co-signature the child never received spent the grant; the
+  child's signer reports it as ``PARENT_REFUSED`` naming ``GRANT_USED``), the parent's runtime
+  opens a new grant and the child tries again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from countersign.reasons import Reason, VerificationResult
+from countersign.records import Path
+from countersign.service.clients import SignerClient, VerifierClient
+from countersign.service.errors import ServiceError
+
+RETRYABLE_CODES = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "STATE_UNAVAILABLE", "PARENT_UNREACHABLE", "REGISTRY_STALE"}
+)
+# Failures after which the request may have reached a verifier and been acted on.
+MAYBE_DELIVERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "STATE_UNAVAILABLE", "CANCELLED", "INTERNAL"})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 8
+    attempt_timeout_s: float = 3.0
+    deadline_s: float = 30.0
+    backoff_base_s: float = 0.05
+    backoff_max_s: float = 1.0
+
+    def backoff(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, min(max, base × 2^attempt)]."""
+        return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))  # noqa: S311
+
+
+@dataclass
+class Attempt:
+    target: str
+    code: str  # "ACCEPT", a reject reason, or an error code
+    elapsed_s: float
+    error: bool
+
+
+@dataclass
+class VerifyOutcome:
+    result: VerificationResult | None
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def uncertain(self) -> bool:
+        """Some failed attempt may have reached a verifier (and consumed the nonce)."""
+        return any(a.error and a.code in MAYBE_DELIVERED for a in self.attempts)
+
+    @property
+    def accepted(self) -> bool:
+        return self.result is not None and bool(self.result)
+
+    @property
+    def replayed_after_unknown(self) -> bool:
+        return (
+            self.result is not None
+            and not self.result
+            and self.result.reason is Reason.NONCE_REPLAYED
+            and self.uncertain
+            and len(self.attempts) > 1
+        )
+
+    @property
+    def accept_count(self) -> int:
+        return sum(1 for a in self.attempts if a.code == "ACCEPT")
+
+
+def verify_with_failover(
+    clients: Sequence[VerifierClient],
+    data: bytes,
+    output: bytes,
+    policy: RetryPolicy,
+    *,
+    audit: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> VerifyOutcome:
+    """Verify through ``clients`` (in order, wrapping round) under ``policy``."""
+    outcome = VerifyOutcome(None)
+    deadline = time.monotonic() + policy.deadline_s
+    for attempt in range(policy.attempts):
+        client = clients[attempt % len(clients)]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        started = time.monotonic()
+        try:
+            result, _ = client.verify(data, output, audit=audit, timeout_s=min(policy.attempt_timeout_s, remaining))
+        except ServiceError as exc:
+            outcome.attempts.append(Attempt(client.address, exc.code, time.monotonic() - started, True))
+            if exc.code not in RETRYABLE_CODES and exc.code not in MAYBE_DELIVERED:
+                return outcome
+            sleep(policy.backoff(attempt))
+            continue
+        code = "ACCEPT" if result else str(result.reason)
+        outcome.attempts.append(Attempt(client.address, code, time.monotonic() - started, False))
+        if not result and result.reason is Reason.REGISTRY_STALE:
+            continue  # this replica checked nothing; ask the next one
+        outcome.result = result
+        return outcome
+    return outcome
+
+
+@dataclass
+class IssueOutcome:
+    path: Path | None
+    attempts: list[str] = field(default_factory=list)
+    grants: int = 0
+
+
+def delegate_with_retry(
+    parent_runtime: SignerClient,
+    child_runtime: SignerClient,
+    parent: Path,
+    child_deployer: str,
+    parent_signer: str,
+    instance: str,
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IssueOutcome:
+    """Open a grant (parent side) and accept it (child side), retrying under ``policy``."""
+    outcome = IssueOutcome(None)
+    grant = None
+    deadline = time.monotonic() + policy.deadline_s
+    for attempt in range(policy.attempts):
+        if time.monotonic() > deadline:
+            break
+        try:
+            if grant is None:
+                grant = parent_runtime.open_grant(parent, child_deployer)
+                outcome.grants += 1
+            outcome.path = child_runtime.accept(
+                parent, grant, parent_signer, instance, timeout_s=policy.attempt_timeout_s
+            )
+            outcome.attempts.append("OK")
+            return outcome
+        except ServiceError as exc:
+            outcome.attempts.append(exc.code)
+            if exc.code in ("GRANT_USED", "PARENT_REFUSED") and "GRANT_USED" in f"{exc.code} {exc}":
+                # Spent by a co-signature this child never received. The child's signer reports the
+                # parent's refusal as PARENT_REFUSED with the parent's code in the message.
+                grant = None
+            elif exc.code not in RETRYABLE_CODES:
+                return outcome
+            sleep(policy.backoff(attempt))
+    return outcome
