@@ -34,11 +34,17 @@ class ChildEdge:
 
 @dataclass(frozen=True, slots=True)
 class LeafNonce:
-    """The leaf record's nonce; consumed in accept mode, kept until ``retain_until_ms``."""
+    """The leaf record's nonce; consumed in accept mode, kept until ``retain_until_ms``.
+
+    ``request_id`` (optional) is the caller's idempotency key: consuming a nonce that was consumed
+    under the same non-empty key succeeds again, so a request retried after a lost answer gets its
+    ACCEPT instead of NONCE_REPLAYED. Any other presentation of the nonce is a replay.
+    """
 
     nonce: str
     retain_until_ms: int
     index: int
+    request_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,8 @@ class VerifierState(Protocol):
         Each edge's child joins its parent's child set unless the set already holds ``max_children``
         other children (``FANOUT_EXCEEDED`` at ``edge.index``); a child already in the set always
         passes. With ``consume=True`` the leaf nonce is then consumed, or ``NONCE_REPLAYED`` returned
-        if it already was. Audit mode records nothing and does not look at consumed nonces.
+        if it already was (unless it was consumed under the same non-empty ``leaf.request_id``: then
+        it succeeds again). Audit mode records nothing and does not look at consumed nonces.
         """
         ...
 
@@ -84,7 +91,7 @@ class InMemoryState:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._nonces: dict[str, int] = {}
+        self._nonces: dict[str, tuple[int, str]] = {}
         self._children: dict[str, dict[str, int]] = {}
 
     def admit(
@@ -99,14 +106,17 @@ class InMemoryState:
                 return None
             for edge in edges:
                 self._children.setdefault(edge.parent_digest, {})[edge.child_nonce] = edge.retain_until_ms
-            if leaf.nonce in self._nonces:
+            consumed = self._nonces.get(leaf.nonce)
+            if consumed is not None:
+                if leaf.request_id and consumed[1] == leaf.request_id:
+                    return None
                 return StateRejection(Reason.NONCE_REPLAYED, leaf.index)
-            self._nonces[leaf.nonce] = leaf.retain_until_ms
+            self._nonces[leaf.nonce] = (leaf.retain_until_ms, leaf.request_id)
             return None
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:
-            expired = [n for n, until in self._nonces.items() if until < now_ms][:limit]
+            expired = [n for n, (until, _) in self._nonces.items() if until < now_ms][:limit]
             for nonce in expired:
                 del self._nonces[nonce]
             removed = len(expired)

@@ -142,9 +142,12 @@ def verify_path(
     now_ms: int,
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
+    request_id: str = "",
 ) -> VerificationResult:
     """Verify ``path`` for the exact ``output`` bytes; in accept mode consume its leaf nonce.
 
+    ``request_id`` is the caller's optional idempotency key (see :class:`countersign.state.LeafNonce`):
+    the same accept-mode request retried after a lost answer is accepted again, nothing else is.
     Returns the verdict. Raises :class:`countersign.errors.StateUnavailable` when the durable state
     cannot be reached (retryable; never an accept).
     """
@@ -158,7 +161,9 @@ def verify_path(
         return _reject(Reason.OUTPUT_MISSING, leaf_index, "the leaf record has no output section")
     if DIGEST_PREFIX + hashlib.sha256(output).hexdigest() != leaf.output.sha256:
         return _reject(Reason.OUTPUT_MISMATCH, leaf_index, "SHA-256 of the output differs from the signed hash")
-    leaf_nonce = LeafNonce(replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index)
+    leaf_nonce = LeafNonce(
+        replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index, request_id
+    )
     rejection = state.admit(edges, leaf_nonce, consume=mode is Mode.ACCEPT, now_ms=now_ms)
     if rejection is not None:
         detail = (

@@ -402,14 +402,65 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         parent_key = registry.resolve(parent_record.deployer, request.parent_key_id, now_ms())
         if isinstance(parent_key, KeyProblem):
             raise _refuse("PARENT_REFUSED", f"parent key: {parent_key.detail}")
-        fields = self._fields(request.agent, parent_record.agent.system, parent_record.expires_ms, LifecycleEvent.NEW)
-        draft = draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes)
-        proposal = EdgeProposal(parent.leaf, draft, request.parent_key_id)
-        child_cosig = cosign(proposal, self._key, CoSignerRole.CHILD)
+        proposal, child_cosig, sealed = self._proposal(request, parent)
+        if sealed is not None:  # this delegation completed before; its answer may have been lost
+            self._metrics.requests.labels("AcceptDelegation", "OK").inc()
+            return signer_pb2.IssueResponse(path=sealed, record_digest=Path.from_bytes(sealed).leaf.digest())
         parent_cosig = self._ask_parent(request, proposal, child_cosig, parent_key)
-        envelope = seal(replace(draft, cosigs=(parent_cosig, child_cosig)), self._key)
-        log.info("delegation accepted", extra={"parent_deployer": parent_record.deployer, "record": envelope.digest()})
-        return self._record("AcceptDelegation", Path((*parent.envelopes, envelope)))
+        envelope = seal(replace(proposal.child, cosigs=(parent_cosig, child_cosig)), self._key)
+        path = Path((*parent.envelopes, envelope))
+        data, digest = path.to_bytes(), envelope.digest()
+
+        def seal_edge(tx: Transaction) -> None:
+            tx.record_issued(digest, data, envelope.record.expires_ms)
+            tx.seal_proposal(request.grant_id, data)
+
+        self._store.transaction(seal_edge, durable=False)
+        self._metrics.requests.labels("AcceptDelegation", "OK").inc()
+        log.info("delegation accepted", extra={"parent_deployer": parent_record.deployer, "record": digest})
+        return signer_pb2.IssueResponse(path=data, record_digest=digest)
+
+    def _proposal(
+        self, request: signer_pb2.AcceptDelegationRequest, parent: Path
+    ) -> tuple[EdgeProposal, CoSignature, bytes | None]:
+        """The edge to propose under this grant: the one proposed before if this is a retry (so that a
+        parent that co-signed it but whose answer was lost answers the same again), else a new one.
+
+        Kept until it expires, so a delegation interrupted after the parent spent the grant is
+        completed by retrying it, instead of leaving a spent grant and no record; and a retry after
+        success returns the same record. One grant, one edge, whatever the runtime asks again.
+        """
+        parent_digest = parent.leaf.digest()
+        parent_record = parent.leaf.record
+
+        def propose(tx: Transaction) -> tuple[EdgeProposal, CoSignature, bytes | None]:
+            earlier = tx.proposal(request.grant_id)
+            if earlier is not None:
+                earlier_parent, child_bytes, cosig_json, sealed = earlier
+                if earlier_parent != parent_digest:
+                    raise _refuse("GRANT_WRONG_CHILD", "this grant was already proposed for another parent record")
+                child = NodeRecord.from_json(parse_json(child_bytes))
+                cosig = CoSignature.from_json(parse_json(cosig_json))
+                return EdgeProposal(parent.leaf, child, request.parent_key_id), cosig, sealed
+            tx.forget_expired_proposals(now_ms())
+            fields = self._fields(
+                request.agent, parent_record.agent.system, parent_record.expires_ms, LifecycleEvent.NEW
+            )
+            draft = draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes)
+            proposal = EdgeProposal(parent.leaf, draft, request.parent_key_id)
+            child_cosig = cosign(proposal, self._key, CoSignerRole.CHILD)
+            tx.save_proposal(
+                request.grant_id,
+                parent_digest,
+                proposal.child_bytes,
+                json.dumps(child_cosig.to_json()),
+                draft.expires_ms,
+            )
+            return proposal, child_cosig, None
+
+        if not request.grant_id or len(request.grant_id) > 64:
+            raise _refuse("INVALID_ARGUMENT", "grant_id is required (at most 64 characters)", INVALID)
+        return self._store.transaction(propose, durable=False)
 
     def _ask_parent(
         self,
@@ -444,7 +495,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             code = "PARENT_UNREACHABLE" if error.retryable else "PARENT_REFUSED"
             status = grpc.StatusCode.UNAVAILABLE if error.retryable else REFUSED
             message = f"parent signer {parent_deployer}: {error.code}: {error}"
-            raise _refuse(code, message, status, retryable=error.retryable) from None
+            details = {"parent_code": error.code}
+            raise ServiceError(code, message, status, retryable=error.retryable, details=details) from None
         finally:
             self._metrics.cosign_latency.labels(outcome).observe(time.perf_counter() - started)
         try:
@@ -495,6 +547,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
                 raise _refuse("GRANT_EXPIRED", "the grant has expired")
             if tx.child_count(parent_digest) >= parent_record.max_children:
                 raise _refuse("FANOUT_EXCEEDED", f"the parent already has {parent_record.max_children} children")
+            if not context.is_active():  # the child gave up (deadline, cancel): do not spend the grant
+                raise _refuse(
+                    "CANCELLED", "the request was cancelled before the grant was spent", grpc.StatusCode.CANCELLED
+                )
             answer = json.dumps(cosign(proposal, self._key, CoSignerRole.PARENT).to_json())
             tx.use_grant(grant.grant_id, manifest_digest, answer)
             tx.add_child(parent_digest, child.nonce)

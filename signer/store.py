@@ -28,6 +28,10 @@ SCHEMA = (
     " expires_ms INTEGER NOT NULL, manifest_digest TEXT, parent_cosig TEXT) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL)"
     " WITHOUT ROWID",
+    # The child side's proposal under each grant, and once sealed the resulting path: a retry re-sends
+    # the same edge, or gets the same path back.
+    "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
+    " child_cosig TEXT NOT NULL, expires_ms INTEGER NOT NULL, sealed_path BLOB) WITHOUT ROWID",
 )
 
 T = TypeVar("T")
@@ -109,7 +113,10 @@ class Transaction:
         return self._db.execute("SELECT 1 FROM issued WHERE digest = ?", (digest,)).fetchone() is not None
 
     def record_issued(self, digest: str, path: bytes, expires_ms: int) -> None:
-        self._db.execute("INSERT INTO issued (digest, path, expires_ms) VALUES (?, ?, ?)", (digest, path, expires_ms))
+        # The same record issued twice (a retried delegation sealing the same edge) is one record.
+        self._db.execute(
+            "INSERT OR IGNORE INTO issued (digest, path, expires_ms) VALUES (?, ?, ?)", (digest, path, expires_ms)
+        )
 
     def child_count(self, parent: str) -> int:
         (count,) = self._db.execute("SELECT COUNT(*) FROM children WHERE parent = ?", (parent,)).fetchone()
@@ -139,6 +146,27 @@ class Transaction:
         ).rowcount
         if updated != 1:
             raise StateUnavailable("grant was used concurrently")
+
+    def proposal(self, grant_id: str) -> tuple[str, bytes, str, bytes | None] | None:
+        """(parent digest, child record bytes, child co-signature JSON, sealed path or None) under a grant."""
+        row = self._db.execute(
+            "SELECT parent, child_record, child_cosig, sealed_path FROM proposals WHERE grant_id = ?", (grant_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return str(row[0]), bytes(row[1]), str(row[2]), None if row[3] is None else bytes(row[3])
+
+    def save_proposal(self, grant_id: str, parent: str, child_record: bytes, child_cosig: str, expires_ms: int) -> None:
+        self._db.execute(
+            "INSERT INTO proposals (grant_id, parent, child_record, child_cosig, expires_ms) VALUES (?, ?, ?, ?, ?)",
+            (grant_id, parent, child_record, child_cosig, expires_ms),
+        )
+
+    def seal_proposal(self, grant_id: str, path: bytes) -> None:
+        self._db.execute("UPDATE proposals SET sealed_path = ? WHERE grant_id = ?", (path, grant_id))
+
+    def forget_expired_proposals(self, now_ms: int) -> None:
+        self._db.execute("DELETE FROM proposals WHERE expires_ms < ?", (now_ms,))
 
     def next_in_session(self, session: str) -> tuple[int, str | None]:
         row = self._db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()

@@ -22,12 +22,14 @@ from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
 from countersign.service.errors import ServiceError, servicer_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
+from countersign.service.tls import peer_identity
 from countersign.state import VerifierState
 from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, VerifierPolicy, malformed_result, verify_path
 from verifier.stores import StoreConfigError, open_store
 
 log = logging.getLogger("countersign.verifier")
 MAX_OUTPUT_BYTES = 16 << 20
+MAX_REQUEST_ID = 128
 
 
 @dataclasses.dataclass
@@ -132,6 +134,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         mode = _MODES.get(request.mode)
         if mode is None:
             raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+        request_id = self._request_id(request.request_id, context)
         if len(request.output) > MAX_OUTPUT_BYTES:
             raise ServiceError("INVALID_ARGUMENT", "output exceeds 16 MiB", grpc.StatusCode.INVALID_ARGUMENT)
         registry, fresh = self._follower.view()
@@ -150,7 +153,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                 try:
                     result = verify_path(
                         path, request.output, registry=registry, state=self._state, mode=mode,
-                        now_ms=now_ms(), policy=self._policy,
+                        now_ms=now_ms(), policy=self._policy, request_id=request_id,
                     )  # fmt: skip
                 except StateUnavailable:
                     self._metrics.errors.labels("STATE_UNAVAILABLE").inc()
@@ -158,6 +161,20 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         self._metrics.verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
         self._metrics.latency.labels(mode.value).observe(time.perf_counter() - started)
         return verifier_pb2.VerifyPathResponse(verdict=verdict_message(result), registry_sequence=registry.sequence)
+
+    @staticmethod
+    def _request_id(key: str, context: grpc.ServicerContext) -> str:
+        """The idempotency key, scoped to the client's certificate identity: one client's key can
+        never make another client's presentation count as a retry."""
+        if not key:
+            return ""
+        if len(key) > MAX_REQUEST_ID or not key.isascii() or not key.isprintable():
+            raise ServiceError(
+                "INVALID_ARGUMENT", f"request_id must be 1 to {MAX_REQUEST_ID} printable ASCII characters",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )  # fmt: skip
+        identity = peer_identity(context)
+        return f"{identity.uri if identity is not None else 'plaintext'}|{key}"
 
 
 class VerifierDaemon:

@@ -8,22 +8,23 @@
 * Verification fails over: each retry goes to the next replica in the client's list (its own zone
   first). A ``REGISTRY_STALE`` *verdict* is not a judgement on the path (the replica checked
   nothing), so it too moves on to the next replica.
-* Accept mode is not idempotent: a request whose answer was lost may still have consumed the leaf
-  nonce. When an earlier attempt of the same call failed in a way that may have reached a verifier
-  and a later attempt answers ``NONCE_REPLAYED``, the outcome is reported as
-  ``replayed_after_unknown`` — the path *was* admitted exactly once in the shared store, but this
-  client cannot prove it was by its own attempt (a replay by someone else looks the same). It is
-  never reported as an accept.
-* Issuance: ``AcceptDelegation`` is retried on ``PARENT_UNREACHABLE`` with the same grant; if the
-  parent refuses with ``GRANT_USED`` (a co-signature the child never received spent the grant; the
-  child's signer reports it as ``PARENT_REFUSED`` naming ``GRANT_USED``), the parent's runtime
-  opens a new grant and the child tries again.
+* Accept mode is retried with an idempotency key: every attempt of one call carries the same
+  ``request_id``, so when an attempt consumed the leaf nonce but its answer was lost (the replica
+  died, the deadline passed), the retry on another replica is answered ACCEPT again rather than
+  ``NONCE_REPLAYED``. Were a retry still to answer ``NONCE_REPLAYED`` after an attempt that may have
+  been delivered (say, a verifier without the key), it is reported as ``replayed_after_unknown``,
+  never as an accept.
+* Issuance: ``AcceptDelegation`` is retried on ``PARENT_UNREACHABLE`` with the same grant. The
+  child's signer re-sends the edge it first proposed under that grant, so a co-signature whose answer
+  was lost is recovered, not wasted. Should the parent still refuse with ``GRANT_USED`` (the grant was
+  spent on another edge), the parent's runtime opens a new grant and the child tries again.
 """
 
 from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -100,6 +101,7 @@ def verify_with_failover(
 ) -> VerifyOutcome:
     """Verify through ``clients`` (in order, wrapping round) under ``policy``."""
     outcome = VerifyOutcome(None)
+    request_id = uuid.uuid4().hex  # one key for every attempt of this call
     deadline = time.monotonic() + policy.deadline_s
     for attempt in range(policy.attempts):
         client = clients[attempt % len(clients)]
@@ -108,7 +110,9 @@ def verify_with_failover(
             break
         started = time.monotonic()
         try:
-            result, _ = client.verify(data, output, audit=audit, timeout_s=min(policy.attempt_timeout_s, remaining))
+            result, _ = client.verify(
+                data, output, audit=audit, timeout_s=min(policy.attempt_timeout_s, remaining), request_id=request_id
+            )
         except ServiceError as exc:
             outcome.attempts.append(Attempt(client.address, exc.code, time.monotonic() - started, True))
             if exc.code not in RETRYABLE_CODES and exc.code not in MAYBE_DELIVERED:

@@ -114,14 +114,15 @@ class VerifierClient:
         self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
 
     def verify(
-        self, path: bytes, output: bytes, *, audit: bool = False, timeout_s: float = 10.0
+        self, path: bytes, output: bytes, *, audit: bool = False, timeout_s: float = 10.0, request_id: str = ""
     ) -> tuple[VerificationResult, int]:
-        """The verdict and the registry sequence it was reached at. Raises ServiceError on failure."""
+        """The verdict and the registry sequence it was reached at. Raises ServiceError on failure.
+
+        ``request_id``: an idempotency key for retrying an accept-mode request (proto docs)."""
         mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
+        request = verifier_pb2.VerifyPathRequest(path=path, output=output, mode=mode, request_id=request_id)
         try:
-            response = self._stub.VerifyPath(
-                verifier_pb2.VerifyPathRequest(path=path, output=output, mode=mode), timeout=timeout_s
-            )
+            response = self._stub.VerifyPath(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         verdict = response.verdict

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -33,20 +33,21 @@ class ServiceError(CountersignError):
         status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
         *,
         retryable: bool = False,
+        details: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.status = status
         self.retryable = retryable
+        self.details = dict(details or {})
 
     def __repr__(self) -> str:
         return f"ServiceError({self.code}: {self})"
 
 
 def abort(context: grpc.ServicerContext, error: ServiceError) -> NoReturn:
-    info = error_details_pb2.ErrorInfo(
-        reason=error.code, domain=DOMAIN, metadata={"retryable": "true" if error.retryable else "false"}
-    )
+    metadata = {**error.details, "retryable": "true" if error.retryable else "false"}
+    info = error_details_pb2.ErrorInfo(reason=error.code, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(code=error.status.value[0], message=str(error), details=[detail])
@@ -99,9 +100,11 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
+                details = {k: v for k, v in info.metadata.items() if k != "retryable"}
                 return ServiceError(
-                    info.reason, status.message, code, retryable=info.metadata.get("retryable") == "true"
-                )
+                    info.reason, status.message, code, retryable=info.metadata.get("retryable") == "true",
+                    details=details,
+                )  # fmt: skip
     transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     reason = {grpc.StatusCode.UNAVAILABLE: "UNAVAILABLE", grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED"}.get(
         code, code.name

@@ -77,6 +77,7 @@ def assert_parent_refused(error: object, parent: str, code: str) -> None:
     assert getattr(error, "status", None) is REFUSED
     assert getattr(error, "retryable", None) is False
     assert str(error).startswith(f"parent signer {parent}: {code}: "), str(error)
+    assert getattr(error, "details", {}).get("parent_code") == code, "the parent's code travels as data too"
 
 
 def a_root(rt: dict[str, SignerClient], **agent: int) -> Path:
@@ -133,15 +134,21 @@ def test_wrong_child(mesh: LocalMesh, rt: dict[str, SignerClient], as_b_signer: 
     assert grant_row(mesh, "deployer-a", grant_for_c.grant_id)[3] is not None  # type: ignore[index]
 
 
-def test_used_grant(mesh: LocalMesh, rt: dict[str, SignerClient]) -> None:
+def test_used_grant(mesh: LocalMesh, rt: dict[str, SignerClient], as_b_signer: SignerStub) -> None:
+    """One grant is one edge: asking the child's signer again returns the same record (a runtime that
+    lost the answer gets it back), and the parent refuses any other edge under the spent grant."""
     root = a_root(rt)
     grant = rt["deployer-a"].open_grant(root, "deployer-b")
     first = rt["deployer-b"].accept(root, grant, mesh.daemons["deployer-a"].address, "r1")
     before = Snapshot(mesh, root, "deployer-b")
     assert first.leaf.digest() in before.issued
     assert before.children == 1
-    error = service_error(lambda: rt["deployer-b"].accept(root, grant, mesh.daemons["deployer-a"].address, "r2"))
-    assert_parent_refused(error, "deployer-a", "GRANT_USED")
+    again = rt["deployer-b"].accept(root, grant, mesh.daemons["deployer-a"].address, "r2")
+    assert again.to_bytes() == first.to_bytes()
+    before.assert_unchanged()
+    other_edge = hand_built_edge(mesh, root, grant.grant_id, "deployer-b", instance="another")
+    error = service_error(lambda: as_b_signer.CoSignEdge(other_edge, timeout=10))
+    assert (error.code, error.status) == ("GRANT_USED", REFUSED)
     before.assert_unchanged()
 
 
@@ -276,14 +283,18 @@ def test_concurrent_delegations_never_exceed_max_children(mesh: LocalMesh, rt: d
 
 
 def test_one_grant_raced_is_spent_once(mesh: LocalMesh, rt: dict[str, SignerClient]) -> None:
+    """Six concurrent delegations under one grant are one edge: the first proposal is the one every
+    racer sends (a retry re-sends the same edge), the parent co-signs it once, all get that record."""
     root = a_root(rt)
     grant = rt["deployer-a"].open_grant(root, "deployer-b")
     before = issued_digests(mesh, "deployer-b")
     parent = mesh.daemons["deployer-a"].address
     won, lost = race([(lambda i=i: rt["deployer-b"].accept(root, grant, parent, f"racer-{i}")) for i in range(6)])
-    assert len(won) == 1
-    assert len(lost) == 5
-    for error in lost:
-        assert_parent_refused(error, "deployer-a", "GRANT_USED")
+    assert not lost
+    assert len(won) == 6
+    assert len({path.to_bytes() for path in won}) == 1
     assert issued_digests(mesh, "deployer-b") == before | {won[0].leaf.digest()}
+    assert children_of(mesh, "deployer-a", root.leaf.digest()) == 1
+    # Asked again after it was sealed: the same record, still one child.
+    assert rt["deployer-b"].accept(root, grant, parent, "late-racer").to_bytes() == won[0].to_bytes()
     assert children_of(mesh, "deployer-a", root.leaf.digest()) == 1

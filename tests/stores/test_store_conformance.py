@@ -58,6 +58,27 @@ def test_accept_then_replay_across_handles(harness: StoreHarness) -> None:
     assert store.entry_count() == 2 + 2  # two children, two nonces
 
 
+def test_a_retried_request_is_accepted_again_and_nothing_else_is(harness: StoreHarness) -> None:
+    """The idempotency key: the same request retried (on any handle) after a lost answer gets its
+    acceptance again; another key, or none, is a replay."""
+    store, other = harness.open(), harness.open()
+    edges, _ = chain(("root", "a1", 4), ("a1", "leaf1", 4), nonce="leaf1")
+    first = LeafNonce("leaf1", NOW + 60_000, 2, "client-1|request-7")
+    assert store.admit(edges, first, consume=True, now_ms=NOW) is None
+    assert other.admit(edges, first, consume=True, now_ms=NOW) is None
+    for intruder in ("client-2|request-7", "client-1|request-8", ""):
+        retry = LeafNonce("leaf1", NOW + 60_000, 2, intruder)
+        assert other.admit(edges, retry, consume=True, now_ms=NOW) == replayed(2)
+    # A nonce first consumed without a key never matches a later keyed request.
+    assert store.admit([], leaf("solo", index=0), consume=True, now_ms=NOW) is None
+    assert store.admit([], LeafNonce("solo", NOW + 60_000, 0, "client-1|r"), consume=True, now_ms=NOW) == replayed(0)
+    # Without edges (the DynamoDB backend's single conditional put) the key works the same way.
+    keyed = LeafNonce("solo2", NOW + 60_000, 0, "client-1|r2")
+    assert store.admit([], keyed, consume=True, now_ms=NOW) is None
+    assert other.admit([], keyed, consume=True, now_ms=NOW) is None
+    assert store.entry_count() == 2 + 3
+
+
 def test_audit_records_nothing_and_ignores_consumed_nonces(harness: StoreHarness) -> None:
     store = harness.open()
     edges, nonce = chain(("p", "c1", 1), nonce="c1")

@@ -86,7 +86,9 @@ def test_killing_a_verifier_under_load_loses_and_doubles_nothing(make_zones) -> 
         if not o.accepted and not o.replayed_after_unknown
     ]
     assert not other, f"paths neither accepted nor explained by the kill: {other[:5]}"
-    assert len(unknown) <= WORKERS, f"{len(unknown)} unknown outcomes, more than the requests in flight"
+    # No lost accept: a call whose attempt was consumed by the killed replica is answered ACCEPT by
+    # the replica it fails over to (same request_id), not NONCE_REPLAYED.
+    assert not unknown, f"{len(unknown)} calls lost their accept: {[o.attempts for _, o in outcomes][:3]}"
     # No lost accept: the shared store admitted every path, exactly once (a replay key is unique).
     keys_all = {item.replay_key for item, _ in outcomes}
     assert consumed(zoned, keys_all) == keys_all

@@ -235,7 +235,7 @@ class DynamoDbState:
         return None
 
     def _nonce_put(self, leaf: LeafNonce) -> dict[str, Any]:
-        return {
+        put: dict[str, Any] = {
             "TableName": self.table,
             "Item": {
                 **_nonce_key(leaf.nonce),
@@ -244,6 +244,12 @@ class DynamoDbState:
             },
             "ConditionExpression": "attribute_not_exists(pk)",
         }
+        if leaf.request_id:
+            # The same request retried rewrites its own item; anything else is a replay.
+            put["Item"]["request_id"] = {"S": leaf.request_id}
+            put["ConditionExpression"] = "attribute_not_exists(pk) OR request_id = :rid"
+            put["ExpressionAttributeValues"] = {":rid": {"S": leaf.request_id}}
+        return put
 
     def _read(self, keys: list[dict[str, dict[str, str]]]) -> list[Mapping[str, Any] | None]:
         """Strongly consistent, serialisable read (TransactGetItems) of ``keys``, in order (a key
@@ -283,7 +289,10 @@ class DynamoDbState:
             known.append(child is not None)
         if not consume:
             return None
-        replayed = items[-1] is not None
+        consumed = items[-1]
+        replayed = consumed is not None and not (
+            leaf.request_id and consumed.get("request_id", {}).get("S") == leaf.request_id
+        )
 
         writes: list[dict[str, Any]] = []
         new_per_parent: dict[str, list[ChildEdge]] = {}

@@ -41,7 +41,7 @@ from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import ChildEdge, LeafNonce, StateRejection
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 _OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
@@ -165,6 +165,62 @@ END
 $fn$
 """,
     ),
+    # An idempotency key with each consumed nonce: the same request retried gets its ACCEPT again.
+    2: (
+        "ALTER TABLE {schema}.consumed_nonces ADD COLUMN request_id text NOT NULL DEFAULT ''",
+        "DROP FUNCTION {schema}.countersign_admit(text[], text[], integer[], bigint[], text, bigint, boolean)",
+        """
+CREATE FUNCTION {schema}.countersign_admit(
+    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
+    p_nonce text, p_nonce_retain bigint, p_consume boolean, p_request_id text) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n integer := coalesce(array_length(p_parents, 1), 0);
+    held integer;
+BEGIN
+    IF p_consume AND n > 0 THEN
+        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
+            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
+            GROUP BY e.parent ORDER BY e.parent
+        ON CONFLICT (parent) DO UPDATE
+            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
+    END IF;
+    FOR i IN 1 .. n LOOP
+        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
+        IF NOT FOUND THEN
+            held := NULL;
+            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
+            IF coalesce(held, 0) >= p_max[i] THEN
+                RETURN i - 1;
+            END IF;
+        END IF;
+    END LOOP;
+    IF NOT p_consume THEN
+        RETURN -1;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        INSERT INTO {schema}.children (parent, child, retain_until_ms)
+            VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
+        END IF;
+    END LOOP;
+    INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id)
+        VALUES (p_nonce, p_nonce_retain, p_request_id) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        IF p_request_id <> '' THEN
+            PERFORM 1 FROM {schema}.consumed_nonces WHERE nonce = p_nonce AND request_id = p_request_id;
+            IF FOUND THEN
+                RETURN -1;
+            END IF;
+        END IF;
+        RETURN -2;
+    END IF;
+    RETURN -1;
+END
+$fn$
+""",
+    ),
 }
 
 
@@ -261,7 +317,8 @@ class PostgresState:
         )
         ident = sql.Identifier(self.schema)
         self._admit_sql = sql.SQL(
-            "SELECT {}.countersign_admit(%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s)"
+            "SELECT {}.countersign_admit("
+            "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s, %s::text)"
         ).format(ident)
         self._collect_sql = sql.SQL("SELECT {}.countersign_collect(%s::bigint, %s::integer)").format(ident)
         self._count_sql = sql.SQL(
@@ -391,6 +448,7 @@ class PostgresState:
             leaf.nonce,
             leaf.retain_until_ms,
             consume,
+            leaf.request_id,
         )
         row = self._call("admit", self._admit_sql, params)
         if row is None or row[0] is None:

@@ -16,7 +16,7 @@ from countersign.reasons import Reason
 from countersign.service.sqlite import open_sqlite
 from countersign.state import ChildEdge, LeafNonce, StateRejection
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATIONS = {
     1: (
         "CREATE TABLE consumed_nonces (nonce TEXT PRIMARY KEY, retain_until_ms INTEGER NOT NULL) WITHOUT ROWID",
@@ -25,6 +25,7 @@ _MIGRATIONS = {
         " PRIMARY KEY (parent, child)) WITHOUT ROWID",
         "CREATE INDEX children_retention ON children (retain_until_ms)",
     ),
+    2: ("ALTER TABLE consumed_nonces ADD COLUMN request_id TEXT NOT NULL DEFAULT ''",),
 }
 
 
@@ -88,11 +89,15 @@ class SqliteState:
             db.execute("ROLLBACK")
             return None
         inserted = db.execute(
-            "INSERT INTO consumed_nonces (nonce, retain_until_ms) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            (leaf.nonce, leaf.retain_until_ms),
+            "INSERT INTO consumed_nonces (nonce, retain_until_ms, request_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            (leaf.nonce, leaf.retain_until_ms, leaf.request_id),
         ).rowcount
+        same_request = False
+        if inserted != 1 and leaf.request_id:
+            row = db.execute("SELECT request_id FROM consumed_nonces WHERE nonce = ?", (leaf.nonce,)).fetchone()
+            same_request = row is not None and row[0] == leaf.request_id
         db.execute("COMMIT")
-        return None if inserted == 1 else StateRejection(Reason.NONCE_REPLAYED, leaf.index)
+        return None if inserted == 1 or same_request else StateRejection(Reason.NONCE_REPLAYED, leaf.index)
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:

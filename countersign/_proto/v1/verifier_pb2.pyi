@@ -47,21 +47,29 @@ class VerifyPathRequest(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     path: _builtins.bytes
     """path JSON (docs/spec.md)"""
     output: _builtins.bytes
     """the exact output bytes"""
     mode: Global___VerifyPathRequest.Mode.ValueType
+    request_id: _builtins.str
+    """Optional idempotency key (1 to 128 printable ASCII characters), chosen by the client for each
+    logical request. An ACCEPT-mode request retried with the same key by the same client identity
+    (for instance on another replica after a timeout) is answered ACCEPT again if its acceptance was
+    recorded; without a key such a retry is NONCE_REPLAYED. Any other presentation stays a replay.
+    """
     def __init__(
         self,
         *,
         path: _builtins.bytes = ...,
         output: _builtins.bytes = ...,
         mode: Global___VerifyPathRequest.Mode.ValueType = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "output", b"output", "path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "output", b"output", "path", b"path", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,68 @@
+"""Upgrading a store written by schema version 1 keeps what it remembered."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from countersign.reasons import Reason
+from countersign.state import LeafNonce, StateRejection
+from tests.stores.conftest import PostgresSchemas
+from verifier.stores import postgres as pg_store
+from verifier.stores import sqlite as sqlite_store
+
+NOW = 1_000_000
+
+
+def test_sqlite_version_1_upgrades_and_keeps_consumed_nonces(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    for statement in sqlite_store._MIGRATIONS[1]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO consumed_nonces (nonce, retain_until_ms) VALUES ('d:old', ?)", (NOW + 60_000,))
+    db.commit()
+    db.close()
+    state = sqlite_store.SqliteState(path)
+    try:
+        replay = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW)
+        assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
+        assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
+        (version,) = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()
+        assert version == sqlite_store.SCHEMA_VERSION == 2
+    finally:
+        state.close()
+
+
+@pytest.mark.postgres
+def test_postgres_version_1_upgrades_and_keeps_consumed_nonces(pg_schemas: PostgresSchemas) -> None:
+    schema = pg_schemas.new()
+    ident = sql.Identifier(schema)
+    with psycopg.connect(pg_schemas.base_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.countersign_schema_version ("
+                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        for statement in pg_store._MIGRATIONS[1]:
+            conn.execute(sql.SQL(statement).format(schema=ident))
+        conn.execute(sql.SQL("INSERT INTO {}.countersign_schema_version (version) VALUES (1)").format(ident))
+        conn.execute(
+            sql.SQL("INSERT INTO {}.consumed_nonces (nonce, retain_until_ms) VALUES ('d:old', %s)").format(ident),
+            (NOW + 60_000,),
+        )
+    state = pg_store.PostgresState(pg_schemas.url(schema))
+    try:
+        assert state.schema_version() == pg_store.SCHEMA_VERSION == 2
+        replay = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW)
+        assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
+        assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
+        assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
+    finally:
+        state.close()
