@@ -384,8 +384,21 @@ BACKENDS = [
 ]
 
 
+# Backends with a server that can go away (the in-memory store lives inside the process).
+OUTAGE_BACKENDS = BACKENDS[1:]
+
+
 @pytest.fixture(params=BACKENDS)
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreHarness]:
+    yield from _harness(request, tmp_path)
+
+
+@pytest.fixture(params=OUTAGE_BACKENDS)
+def outage_harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreHarness]:
+    yield from _harness(request, tmp_path)
+
+
+def _harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreHarness]:
     kind = request.param
     made: StoreHarness
     if kind == "memory":
