@@ -35,6 +35,9 @@ class CoordinatorConfig:
     metrics_listen: str = "127.0.0.1:9400"
     log_store: str = "sqlite:///countersign-coordinator.db"
     heartbeat_ms: int = 1_000
+    # Each open watch stream holds one handler thread for its lifetime: allow every follower plus
+    # room for submissions and log reads.
+    max_workers: int = 64
     ready_file: str = ""
     log_level: str = "info"
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)

@@ -78,6 +78,8 @@ class SignerConfig:
     heartbeat_ms: int = 1_000
     ready_file: str = ""
     log_level: str = "info"
+    # A delegation's handler waits on the parent's signer while holding its thread, and two signers
+    # may wait on each other: keep enough threads that waiting never starves the co-signing calls.
     max_workers: int = 16
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 

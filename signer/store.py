@@ -32,6 +32,7 @@ SCHEMA = (
     # the same edge, or gets the same path back.
     "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
     " child_cosig TEXT NOT NULL, expires_ms INTEGER NOT NULL, sealed_path BLOB) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS proposals_expiry ON proposals (expires_ms)",
 )
 
 T = TypeVar("T")

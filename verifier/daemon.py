@@ -47,7 +47,7 @@ class VerifierConfig:
     collect_interval_ms: int = 60_000
     ready_file: str = ""
     log_level: str = "info"
-    max_workers: int = 16
+    max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:

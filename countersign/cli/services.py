@@ -145,7 +145,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             metrics_registry=daemon.metrics_registry,
             ready_file=config.ready_file,
             log_level=config.log_level,
-            max_workers=getattr(config, "max_workers", 16),
+            max_workers=getattr(config, "max_workers", 0),
         )
     except (ConfigError, SignerError) as exc:
         raise UsageError(f"bad configuration: {exc}") from None

@@ -75,6 +75,9 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
     """Answer a request that does not parse with INVALID_ARGUMENT. Left to gRPC it would be INTERNAL
     (which means a bug) and log an error with a traceback for what is only bad client input."""
 
+    def __init__(self) -> None:
+        self._wrapped: dict[int, Any] = {}  # per handler object: wrap once, not on every call
+
     def intercept_service(
         self, continuation: Callable[[Any], Any], handler_call_details: grpc.HandlerCallDetails
     ) -> Any:
@@ -83,20 +86,35 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
             return handler
         if handler.request_deserializer is None:
             return handler
+        key = id(handler)
+        cached = self._wrapped.get(key)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
         method = "unary_stream" if handler.response_streaming else "unary_unary"
-        return handler._replace(
+        wrapped = handler._replace(
             request_deserializer=_tolerant(handler.request_deserializer),
             **{method: _refusing(getattr(handler, method))},
         )
+        self._wrapped[key] = (handler, wrapped)
+        return wrapped
+
+
+def worker_count(configured: int) -> int:
+    """Handler threads: ``configured``, or with 0 two per CPU this process may run on. Verification
+    and signing are CPU-bound and hold the GIL; on one core more threads only add GIL hand-offs (each
+    Ed25519 check releases it), while two keep a thread busy when the other waits on a store."""
+    return configured if configured > 0 else 2 * len(os.sched_getaffinity(0))
 
 
 def create_server(
-    listen: str, tls: TlsConfig, register: Callable[[grpc.Server], Sequence[str]], *, max_workers: int = 16
+    listen: str, tls: TlsConfig, register: Callable[[grpc.Server], Sequence[str]], *, max_workers: int = 0
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build and start a server bound to ``listen`` (port 0 picks a free port); return it with its port."""
     parse_address(listen, "listen")
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS, interceptors=[DecodeGuard()]
+        ThreadPoolExecutor(max_workers=worker_count(max_workers)),
+        options=CHANNEL_OPTIONS,
+        interceptors=[DecodeGuard()],
     )
     names = list(register(server))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
@@ -139,7 +157,7 @@ def run_daemon(
     ready_file: str,
     log_level: str,
     grace_s: float = 5.0,
-    max_workers: int = 16,
+    max_workers: int = 0,
 ) -> int:
     """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
     setup_logging(name, log_level)

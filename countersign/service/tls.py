@@ -34,6 +34,11 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # Servers accept the clients' keepalive pings above; the default policy (one ping per 5 minutes
+    # without data) answers them with GOAWAY "too_many_pings", dropping the connection and costing a
+    # new TLS handshake on the next call.
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
 ]
 
 
