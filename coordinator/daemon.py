@@ -20,7 +20,7 @@ from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
 from countersign.errors import MalformedError
 from countersign.keys import PublicKey
-from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
+from countersign.service.config import ConfigError, TlsConfig, parse_operator_key, validate_daemon
 from countersign.service.errors import ServiceError, servicer_edge
 from countersign.service.tls import peer_identity
 
@@ -43,12 +43,8 @@ class CoordinatorConfig:
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
-        parse_address(self.listen, "listen")
-        if self.metrics_listen:
-            parse_address(self.metrics_listen, "metrics_listen")
-        self.tls.validate("coordinator")
-        require_loopback(self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen})
-        parse_operator_key(self.operator_public_key)
+        addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen}
+        validate_daemon("coordinator", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
         if not 50 <= self.heartbeat_ms <= 60_000:
             raise ConfigError("heartbeat_ms must be between 50 and 60000")
 

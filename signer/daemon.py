@@ -43,7 +43,14 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
-from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
+from countersign.service.config import (
+    ConfigError,
+    TlsConfig,
+    parse_address,
+    parse_operator_key,
+    validate_daemon,
+    validate_follower,
+)
 from countersign.service.errors import ServiceError, from_rpc_error, servicer_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
@@ -84,23 +91,13 @@ class SignerConfig:
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
-        for name in ("listen", "coordinator"):
-            parse_address(getattr(self, name), name)
-        if self.metrics_listen:
-            parse_address(self.metrics_listen, "metrics_listen")
-        self.tls.validate("signer")
-        require_loopback(
-            self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
-        )
-        parse_operator_key(self.operator_public_key)
-        if not 0 <= self.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
-            raise ConfigError(f"clock_skew_ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
+        addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
+        validate_daemon("signer", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
+        validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)
         if not 0 <= self.max_depth <= MAX_DEPTH:
             raise ConfigError(f"max_depth must be between 0 and {MAX_DEPTH}")
         if self.cosign_timeout_ms < 1:
             raise ConfigError("cosign_timeout_ms must be positive")
-        if not self.registry_cache:
-            raise ConfigError("registry_cache is required (the persisted copy of the registry log)")
 
 
 class SignerMetrics:
@@ -113,15 +110,7 @@ class SignerMetrics:
             "countersign_cosign_seconds", "Round trip of asking the parent's signer to co-sign", ["outcome"],
             registry=registry, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0),
         )  # fmt: skip
-        sequence = prometheus_client.Gauge(
-            "countersign_registry_sequence", "Statements in this signer's registry copy", registry=registry
-        )
-        sequence.set_function(lambda: follower.sequence)
-        staleness = prometheus_client.Gauge(
-            "countersign_registry_staleness_seconds", "Seconds since the last trusted registry heartbeat",
-            registry=registry,
-        )  # fmt: skip
-        staleness.set_function(follower.staleness_seconds)
+        follower.register_gauges(registry)
 
 
 def _refuse(code: str, message: str, status: grpc.StatusCode = REFUSED, *, retryable: bool = False) -> ServiceError:

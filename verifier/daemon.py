@@ -19,7 +19,7 @@ from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.errors import CountersignError, MalformedError, StateUnavailable
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
-from countersign.service.config import ConfigError, TlsConfig, parse_address, parse_operator_key, require_loopback
+from countersign.service.config import ConfigError, TlsConfig, parse_operator_key, validate_daemon, validate_follower
 from countersign.service.errors import ServiceError, servicer_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import peer_identity
@@ -51,21 +51,11 @@ class VerifierConfig:
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
-        for name in ("listen", "coordinator"):
-            parse_address(getattr(self, name), name)
-        if self.metrics_listen:
-            parse_address(self.metrics_listen, "metrics_listen")
-        self.tls.validate("verifier")
-        require_loopback(
-            self.tls, {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
-        )
-        parse_operator_key(self.operator_public_key)
-        if not 0 <= self.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
-            raise ConfigError(f"clock_skew_ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
+        addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
+        validate_daemon("verifier", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
+        validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)
         if self.staleness_ms < 1:
             raise ConfigError("staleness_ms must be positive")
-        if not self.registry_cache:
-            raise ConfigError("registry_cache is required (the persisted copy of the registry log)")
 
     @property
     def policy(self) -> VerifierPolicy:
@@ -87,15 +77,7 @@ class VerifierMetrics:
             "countersign_verify_seconds", "VerifyPath latency inside the service", ["mode"], registry=registry,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
         )  # fmt: skip
-        sequence = prometheus_client.Gauge(
-            "countersign_registry_sequence", "Statements in this verifier's registry copy", registry=registry
-        )
-        sequence.set_function(lambda: follower.sequence)
-        staleness = prometheus_client.Gauge(
-            "countersign_registry_staleness_seconds", "Seconds since the last trusted registry heartbeat",
-            registry=registry,
-        )  # fmt: skip
-        staleness.set_function(follower.staleness_seconds)
+        follower.register_gauges(registry)
         self.store_entries = prometheus_client.Gauge(
             "countersign_store_entries", "Consumed nonces and child-set entries held", registry=registry
         )

@@ -113,17 +113,22 @@ def iso(ms: int) -> str:
 # --- commands -----------------------------------------------------------------------------------
 
 
-def cmd_keygen(args: argparse.Namespace) -> int:
+def new_key_file(location: str, what: str = "a key") -> Ed25519Signer:
+    """Generate a key and write it to a new 0600 key file; never overwrite one. Raises UsageError."""
     from signer.backends.file import write_key_file
 
-    signer = Ed25519Signer.generate()
+    key = Ed25519Signer.generate()
     try:
-        write_key_file(args.out, signer)
+        write_key_file(location, key)
     except FileExistsError:
-        raise UsageError(f"{args.out} exists; refusing to overwrite a key") from None
+        raise UsageError(f"{location} exists; refusing to overwrite {what}") from None
     except OSError as exc:
-        raise UsageError(f"cannot create {args.out}: {exc.strerror}") from None
-    print(signer.key_id)
+        raise UsageError(f"cannot create {location}: {exc.strerror}") from None
+    return key
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    print(new_key_file(args.out).key_id)
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ from countersign.admission import AdmissionLog, SignedStatement, StatementKind, 
 from countersign.canonical import b64url_encode, canonicalize
 from countersign.cli.main import EXIT_OK, UsageError
 from countersign.errors import CountersignError, SignerError
-from countersign.keys import Ed25519Signer, PublicKey, Signer
+from countersign.keys import PublicKey, Signer
 from countersign.service.config import ConfigError, TlsConfig, load_config
 from countersign.service.tls import (
     PeerIdentity,
@@ -205,15 +205,9 @@ def cmd_public_key(args: argparse.Namespace) -> int:
 
 
 def cmd_operator_init(args: argparse.Namespace) -> int:
-    from signer.backends.file import write_key_file
+    from countersign.cli.offline import new_key_file
 
-    key = Ed25519Signer.generate()
-    try:
-        write_key_file(args.out, key)
-    except FileExistsError:
-        raise UsageError(f"{args.out} exists; refusing to overwrite the operator key") from None
-    except OSError as exc:
-        raise UsageError(f"cannot create {args.out}: {exc.strerror}") from None
+    key = new_key_file(args.out, "the operator key")
     print(json.dumps({"key_id": key.key_id, "public_key": b64url_encode(key.public_key)}))
     return EXIT_OK
 

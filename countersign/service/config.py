@@ -176,6 +176,27 @@ def parse_address(address: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def validate_daemon(
+    where: str, tls: TlsConfig, operator_public_key: str, addresses: Mapping[str, str], *, optional: tuple[str, ...]
+) -> None:
+    """Checks every daemon shares: its addresses (those named in ``optional`` may be empty), its TLS
+    material (or plaintext only on loopback) and the pinned operator key. Raises ConfigError."""
+    for what, address in addresses.items():
+        if address or what not in optional:
+            parse_address(address, what)
+    tls.validate(where)
+    require_loopback(tls, dict(addresses))
+    parse_operator_key(operator_public_key)
+
+
+def validate_follower(clock_skew_ms: int, registry_cache: str, max_clock_skew_ms: int) -> None:
+    """Checks the signer and the verifier share: they follow the registry log and judge times."""
+    if not 0 <= clock_skew_ms <= max_clock_skew_ms:
+        raise ConfigError(f"clock_skew_ms must be between 0 and {max_clock_skew_ms}")
+    if not registry_cache:
+        raise ConfigError("registry_cache is required (the persisted copy of the registry log)")
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import prometheus_client
 
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
@@ -74,6 +75,18 @@ class RegistryFollower:
             registry = self._log.registry
             fresh = self._clock() - self._last_fresh_ms <= self.staleness_ms
         return registry, fresh
+
+    def register_gauges(self, registry: prometheus_client.CollectorRegistry) -> None:
+        """Export this copy's position and age (read when Prometheus scrapes)."""
+        sequence = prometheus_client.Gauge(
+            "countersign_registry_sequence", "Statements in this daemon's registry copy", registry=registry
+        )
+        sequence.set_function(lambda: self.sequence)
+        staleness = prometheus_client.Gauge(
+            "countersign_registry_staleness_seconds", "Seconds since the last trusted registry heartbeat",
+            registry=registry,
+        )  # fmt: skip
+        staleness.set_function(self.staleness_seconds)
 
     def staleness_seconds(self) -> float:
         with self._lock:
