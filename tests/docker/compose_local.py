@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,14 +33,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tests.docker.conftest import REPO_ROOT, Dockerfile, environment_of, mounts_of
+from tests.ports import free_port
 
 IMAGE_PYTHON = "/opt/countersign/bin/python"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def image_files(dockerfile: Dockerfile) -> dict[str, Path]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 
 import pytest
 
 from tests.docker.conftest import DOCKER_DIR
+from tests.ports import free_port
 
 PORT_VARIABLES = [
     f"MESH_{kind}_{service}"
@@ -42,12 +42,6 @@ def docker_engine_problem() -> str | None:
     if compose.returncode != 0:
         return "the docker CLI has no compose plugin (`docker compose version` failed)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

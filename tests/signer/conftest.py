@@ -9,7 +9,6 @@ botocore's own retries; the emulator and transport tests cover those parts that 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from countersign.keys import Ed25519Signer
+from tests.ports import free_port
 
 boto3 = pytest.importorskip("boto3")
 stub = pytest.importorskip("botocore.stub")
@@ -209,13 +209,6 @@ def stubbed_kms(kms_key: LocalKmsKey, stub_kms: Callable[..., StubbedKms]) -> St
 def sleeps() -> list[float]:
     """Records the backend's backoff sleeps instead of sleeping."""
     return []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 
 from countersign.state import InMemoryState, VerifierState
+from tests.ports import free_port as _free_port
 from tests.stores.store_proxy import TcpProxy
 from verifier.stores import open_store
 
@@ -101,12 +101,6 @@ def pg_schemas(postgres_server: str) -> Iterator[PostgresSchemas]:
 
 # --------------------------------------------------------------------------------------------
 # DynamoDB emulator (moto server mode)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
