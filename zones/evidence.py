@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import grpc
 
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
-from countersign.admission import SignedStatement, StatementKind, sign_statement
+from countersign.admission import SignedStatement, StatementKind
 from countersign.canonical import b64url_encode
 from countersign.keys import Ed25519Signer
 from countersign.records import Construction, Path
@@ -67,7 +67,6 @@ class Operator:
 
     def __init__(self, mesh: LocalMesh) -> None:
         self._client = mesh.operator_client()
-        self._key = mesh.operator
         self._channel = open_channel(mesh.daemons["coordinator"].address, mesh.tls_for("operator"), coordinator_dns())
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
@@ -80,10 +79,7 @@ class Operator:
         public_key: str | None = None,
         at_ms: int | None = None,
     ) -> SignedStatement:
-        statement = self._client.log().next_statement(
-            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms
-        )
-        return sign_statement(statement, self._key)
+        return self._client.prepare(kind, deployer, key_id, public_key=public_key, at_ms=at_ms)
 
     def submit(self, signed: SignedStatement, timeout_s: float = 10.0) -> tuple[float, float]:
         """Submit; return (monotonic time just before sending, monotonic time the coordinator answered)."""

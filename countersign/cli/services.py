@@ -193,13 +193,18 @@ def cmd_pki_issue(args: argparse.Namespace) -> int:
 # --- keys and the operator ---------------------------------------------------------------------
 
 
-def cmd_public_key(args: argparse.Namespace) -> int:
+def load_key(uri: str) -> Signer:
+    """The signer a key URI names, or a UsageError saying why it cannot be used."""
     from signer.backends import load_signer
 
     try:
-        signer = load_signer(args.key)
+        return load_signer(uri)
     except SignerError as exc:
         raise UsageError(str(exc)) from None
+
+
+def cmd_public_key(args: argparse.Namespace) -> int:
+    signer = load_key(args.key)
     print(json.dumps({"key_id": signer.key_id, "public_key": b64url_encode(signer.public_key)}))
     return EXIT_OK
 
@@ -216,12 +221,8 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
     from countersign.canonical import b64url_decode
     from countersign.keys import PUBLIC_KEY_LENGTH, key_id_for
     from countersign.service.clients import OperatorClient
-    from signer.backends import load_signer
 
-    try:
-        operator = load_signer(args.key)
-    except SignerError as exc:
-        raise UsageError(str(exc)) from None
+    operator = load_key(args.key)
     public_key = getattr(args, "public_key", None)
     if public_key is not None:
         try:

@@ -79,6 +79,22 @@ class OperatorClient:
                 return copy
             start = copy.head_sequence
 
+    def prepare(
+        self,
+        kind: StatementKind,
+        deployer: str,
+        key_id: str,
+        *,
+        public_key: str | None = None,
+        at_ms: int | None = None,
+        note: str | None = None,
+    ) -> SignedStatement:
+        """Sign the statement that would extend the served log now (not yet submitted)."""
+        statement = self.log().next_statement(
+            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note
+        )
+        return sign_statement(statement, self._operator)
+
     def submit(
         self,
         kind: StatementKind,
@@ -90,10 +106,7 @@ class OperatorClient:
         note: str | None = None,
     ) -> SignedStatement:
         """Sign the next statement and submit it. Raises ServiceError if the coordinator refuses."""
-        statement = self.log().next_statement(
-            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note
-        )
-        signed = sign_statement(statement, self._operator)
+        signed = self.prepare(kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note)
         try:
             self._stub.Submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10)
         except grpc.RpcError as exc:
