@@ -87,7 +87,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     registry = commands.add_parser("registry", help="the admission registry")
     reg_actions = registry.add_subparsers(dest="action", required=True, metavar="ACTION")
     export = reg_actions.add_parser("export", help="fetch, verify and write the log and the folded registry.json")
-    export.add_argument("--operator-public-key", required=True)
+    export.add_argument(
+        "--operator-public-key", required=True, metavar="B64URL",
+        help="the pinned operator key; write --operator-public-key=KEY, since a key may begin with '-'",
+    )  # fmt: skip
     export.add_argument("--out", required=True, help="directory for registry-log.json and registry.json")
     add_client_arguments(export, "--coordinator")
     export.set_defaults(handler=cmd_registry_export)

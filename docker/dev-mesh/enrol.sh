@@ -22,7 +22,7 @@ operator_public_key=$(json_field public_key < "${PUBLIC_DIR}/operator.pub.json")
 for deployer in $(echo "${DEPLOYERS}" | tr ',' ' '); do
     # The served log, verified against the operator key, folded into registry.json.
     # shellcheck disable=SC2086
-    countersign registry export --coordinator "${COORDINATOR}" --operator-public-key "${operator_public_key}" \
+    countersign registry export --coordinator "${COORDINATOR}" --operator-public-key="${operator_public_key}" \
         --out "${work}/registry" ${tls} > /dev/null
     if python -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1]))["deployers"])' \
         "${work}/registry/registry.json" "${deployer}"; then

@@ -48,8 +48,9 @@ def test_online_and_offline_statements_and_export(coordinator: LocalMesh, tmp_pa
 
     export = tmp_path / "export"
     exported = cli(
-        "registry", "export", "--coordinator", address, "--operator-public-key",
-        b64url_encode(coordinator.operator.public_key), "--out", str(export), *tls(coordinator, "client"),
+        "registry", "export", "--coordinator", address,
+        f"--operator-public-key={b64url_encode(coordinator.operator.public_key)}",
+        "--out", str(export), *tls(coordinator, "client"),
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr
     registry = json.loads((export / "registry.json").read_text())
@@ -74,8 +75,9 @@ def test_online_and_offline_statements_and_export(coordinator: LocalMesh, tmp_pa
     assert "SEQUENCE_CONFLICT" in again.stderr
 
     exported = cli(
-        "registry", "export", "--coordinator", address, "--operator-public-key",
-        b64url_encode(coordinator.operator.public_key), "--out", str(export), *tls(coordinator, "client"),
+        "registry", "export", "--coordinator", address,
+        f"--operator-public-key={b64url_encode(coordinator.operator.public_key)}",
+        "--out", str(export), *tls(coordinator, "client"),
     )  # fmt: skip
     keys = json.loads((export / "registry.json").read_text())["deployers"]["deployer-x"]["keys"]
     assert keys[0]["revoked_ms"] is not None
