@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 import time
 from typing import Any
@@ -30,9 +33,31 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(body, default=str)
 
 
-def setup_logging(daemon: str, level: str) -> None:
+def setup_logging(daemon: str, level: str) -> logging.handlers.QueueListener:
+    """Log JSON lines to stderr from a background thread: a request thread only queues its record, so
+    formatting and the write stay off the request path. Stop the returned listener to flush."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(daemon))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(records, handler)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [_QueueHandler(records)]
     root.setLevel(level.upper())
+    listener.start()
+    atexit.register(stop_logging, listener)  # also on an exit that does not reach the daemon's own stop
+    return listener
+
+
+class _QueueHandler(logging.handlers.QueueHandler):
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        # The listener's formatter needs the original record (its ``extra`` fields and exc_info);
+        # the stock QueueHandler would pre-format it and drop both. Only resolve the message now,
+        # while its arguments are still what they were when logged.
+        record.msg, record.args = record.getMessage(), None
+        return record
+
+
+def stop_logging(listener: logging.handlers.QueueListener) -> None:
+    """Write out what is queued and stop the logging thread (once; later calls do nothing)."""
+    if listener._thread is not None:
+        listener.stop()

@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from countersign.service.config import ConfigError, TlsConfig, parse_address
 from countersign.service.errors import ServiceError, abort
-from countersign.service.logs import setup_logging
+from countersign.service.logs import setup_logging, stop_logging
 from countersign.service.tls import CHANNEL_OPTIONS, server_credentials
 
 log = logging.getLogger("countersign.service")
@@ -71,9 +71,28 @@ def _refusing(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable
     return handle
 
 
+def _checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+    for request in requests:
+        if isinstance(request, _Undecodable):
+            error = f"a message on the stream is not valid: {request.error}"
+            abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
+        yield request
+
+
+Behaviour = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def _refusing_stream(behaviour: Behaviour) -> Behaviour:
+    def handle(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        return behaviour(_checked(requests, context), context)
+
+    return handle
+
+
 class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
-    """Answer a request that does not parse with INVALID_ARGUMENT. Left to gRPC it would be INTERNAL
-    (which means a bug) and log an error with a traceback for what is only bad client input."""
+    """Answer a request (or a message on a request stream) that does not parse with INVALID_ARGUMENT.
+    Left to gRPC it would be INTERNAL (which means a bug) and log an error with a traceback for what
+    is only bad client input."""
 
     def __init__(self) -> None:
         self._wrapped: dict[int, Any] = {}  # per handler object: wrap once, not on every call
@@ -82,18 +101,21 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
         self, continuation: Callable[[Any], Any], handler_call_details: grpc.HandlerCallDetails
     ) -> Any:
         handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming or not hasattr(handler, "_replace"):
-            return handler
-        if handler.request_deserializer is None:
+        if handler is None or not hasattr(handler, "_replace") or handler.request_deserializer is None:
             return handler
         key = id(handler)
         cached = self._wrapped.get(key)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        method = "unary_stream" if handler.response_streaming else "unary_unary"
+        if handler.request_streaming:
+            method = "stream_stream" if handler.response_streaming else "stream_unary"
+            refusing = _refusing_stream
+        else:
+            method = "unary_stream" if handler.response_streaming else "unary_unary"
+            refusing = _refusing
         wrapped = handler._replace(
             request_deserializer=_tolerant(handler.request_deserializer),
-            **{method: _refusing(getattr(handler, method))},
+            **{method: refusing(getattr(handler, method))},
         )
         self._wrapped[key] = (handler, wrapped)
         return wrapped
@@ -160,7 +182,7 @@ def run_daemon(
     max_workers: int = 0,
 ) -> int:
     """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
-    setup_logging(name, log_level)
+    logging_thread = setup_logging(name, log_level)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -187,6 +209,7 @@ def run_daemon(
     if httpd is not None:
         httpd.shutdown()
     log.info("stopped")
+    stop_logging(logging_thread)
     return 0
 
 
