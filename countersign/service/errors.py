@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -45,13 +45,20 @@ class ServiceError(CountersignError):
         return f"ServiceError({self.code}: {self})"
 
 
+class Aborted(Exception):
+    """The call was ended with a typed status; nothing above converts it again."""
+
+
 def abort(context: grpc.ServicerContext, error: ServiceError) -> NoReturn:
     metadata = {**error.details, "retryable": "true" if error.retryable else "false"}
     info = error_details_pb2.ErrorInfo(reason=error.code, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(code=error.status.value[0], message=str(error), details=[detail])
-    context.abort_with_status(rpc_status.to_status(status))
+    try:
+        context.abort_with_status(rpc_status.to_status(status))
+    except Exception:  # gRPC marks the call aborted, then raises a bare Exception to unwind the handler
+        raise Aborted(error.code) from None
     raise AssertionError("abort_with_status returned")  # pragma: no cover
 
 
@@ -80,6 +87,30 @@ def servicer_edge(method: F) -> F:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return method(self, request, context)
+        except Aborted:
+            raise
+        except Exception as exc:
+            if isinstance(exc, grpc.RpcError) and not isinstance(exc, CountersignError):
+                raise
+            error = to_service_error(exc)
+            if error is None:
+                log.exception("internal error in %s", method.__name__)
+                error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
+            abort(context, error)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def stream_edge(method: F) -> F:
+    """:func:`servicer_edge` for a method that answers with a stream (a generator): an error raised
+    while streaming ends the stream with its typed status."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from method(self, request, context)
+        except Aborted:
+            raise
         except Exception as exc:
             if isinstance(exc, grpc.RpcError) and not isinstance(exc, CountersignError):
                 raise
