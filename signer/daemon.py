@@ -9,14 +9,17 @@ leaving no record behind.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
 import json
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Generic, TypeVar
 
 import grpc
 import prometheus_client
@@ -51,11 +54,12 @@ from countersign.service.config import (
     validate_daemon,
     validate_follower,
 )
-from countersign.service.errors import ServiceError, from_rpc_error, servicer_edge
+from countersign.service.errors import ServiceError, servicer_edge, stream_edge
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
 from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
 from signer.backends import load_signer
+from signer.lanes import CoSignLanes
 from signer.store import Grant, SignerStore, Transaction
 
 log = logging.getLogger("countersign.signer")
@@ -63,6 +67,7 @@ CONSTRUCTION = Construction.SIGNED_DAG
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 REFUSED = grpc.StatusCode.FAILED_PRECONDITION
 PARSED_PATH_CACHE = 1024
+MAX_LANES = 64
 
 
 @dataclasses.dataclass
@@ -80,14 +85,19 @@ class SignerConfig:
     max_ttl_ms: int = 24 * 3_600_000
     max_grant_ttl_ms: int = 600_000
     cosign_timeout_ms: int = 2_000
+    # Co-signing lanes (signer/lanes.py): at most this many open CoSignEdges streams to each parent,
+    # and as a parent from each peer; a lane idle this long is closed.
+    cosign_lanes: int = 4
+    cosign_lane_idle_ms: int = 1_000
     clock_skew_ms: int = 60_000
     staleness_ms: int = 30_000
     heartbeat_ms: int = 1_000
     ready_file: str = ""
     log_level: str = "info"
-    # A delegation's handler waits on the parent's signer while holding its thread, and two signers
-    # may wait on each other: keep enough threads that waiting never starves the co-signing calls.
-    max_workers: int = 16
+    # A delegation's handler waits on the parent's signer while holding its thread, two signers may
+    # wait on each other, and each open lane from a peer holds a thread: keep enough threads that
+    # neither starves the other calls.
+    max_workers: int = 32
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
@@ -98,6 +108,10 @@ class SignerConfig:
             raise ConfigError(f"max_depth must be between 0 and {MAX_DEPTH}")
         if self.cosign_timeout_ms < 1:
             raise ConfigError("cosign_timeout_ms must be positive")
+        if not 1 <= self.cosign_lanes <= MAX_LANES:
+            raise ConfigError(f"cosign_lanes must be between 1 and {MAX_LANES}")
+        if self.cosign_lane_idle_ms < 1:
+            raise ConfigError("cosign_lane_idle_ms must be positive")
 
 
 class SignerMetrics:
@@ -106,11 +120,37 @@ class SignerMetrics:
             "countersign_signer_requests", "Signer requests by method and outcome code", ["method", "code"],
             registry=registry,
         )  # fmt: skip
+        self.lanes = prometheus_client.Gauge(
+            "countersign_cosign_lanes_open", "Co-signing lanes open from peers (as the parent)", registry=registry
+        )
         self.cosign_latency = prometheus_client.Histogram(
             "countersign_cosign_seconds", "Round trip of asking the parent's signer to co-sign", ["outcome"],
             registry=registry, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0),
         )  # fmt: skip
         follower.register_gauges(registry)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Bounded(Generic[K, V]):
+    """A thread-safe map that forgets its oldest entry beyond ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: dict[K, V] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            if len(self._items) >= self._size:
+                self._items.pop(next(iter(self._items)))
+            self._items[key] = value
 
 
 def _refuse(code: str, message: str, status: grpc.StatusCode = REFUSED, *, retryable: bool = False) -> ServiceError:
@@ -145,33 +185,58 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._store = store
         self._follower = follower
         self._metrics = metrics
-        self._peers: dict[tuple[str, str], tuple[grpc.Channel, signer_pb2_grpc.SignerStub]] = {}
+        self._peers: dict[tuple[str, str], tuple[grpc.Channel, CoSignLanes]] = {}
         self._peers_lock = threading.Lock()
-        self._parsed: dict[str, Path] = {}
-        self._parsed_lock = threading.Lock()
+        self._parsed: Bounded[bytes, Path] = Bounded(PARSED_PATH_CACHE)
+        self._own_parents: Bounded[bytes, tuple[Path, str]] = Bounded(PARSED_PATH_CACHE)
+        self._lanes_from: collections.Counter[str] = collections.Counter()  # open lanes per peer, as parent
+        self._lanes: dict[grpc.ServicerContext, bool] = {}  # open lanes, as parent: busy deciding an edge?
+        self._lanes_lock = threading.Lock()
+        self._stopping = False
+        self._closing = threading.Event()
+        self._reaper = threading.Thread(target=self._close_idle_lanes, name="countersign-lane-reaper", daemon=True)
 
-    def _peer(self, address: str, deployer: str) -> signer_pb2_grpc.SignerStub:
-        """A stub on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
+    def start(self) -> None:
+        self._reaper.start()
+
+    def _close_idle_lanes(self) -> None:
+        interval = self._config.cosign_lane_idle_ms / 2000
+        while not self._closing.wait(interval):
+            with self._peers_lock:
+                peers = [lanes for _, lanes in self._peers.values()]
+            for lanes in peers:
+                lanes.close_idle()
+
+    def _peer(self, address: str, deployer: str) -> CoSignLanes:
+        """Co-signing lanes on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
         with self._peers_lock:
             peer = self._peers.get((address, deployer))
             if peer is None:
                 channel = open_channel(address, self._config.tls, signer_dns(deployer))
-                peer = self._peers[(address, deployer)] = (channel, signer_pb2_grpc.SignerStub(channel))
+                lanes = CoSignLanes(
+                    signer_pb2_grpc.SignerStub(channel),
+                    self._config.cosign_lanes,
+                    self._config.cosign_lane_idle_ms / 1000,
+                )
+                peer = self._peers[(address, deployer)] = (channel, lanes)
             return peer[1]
 
-    def _forget_peer(self, address: str, deployer: str, stub: signer_pb2_grpc.SignerStub) -> None:
+    def _forget_peer(self, address: str, deployer: str, lanes: CoSignLanes) -> None:
         """Drop the kept channel after UNAVAILABLE: a channel that saw its peer go away waits out
         gRPC's reconnect backoff (growing to minutes), so the next delegation dials afresh instead.
-        The dropped channel is not closed here (calls still on it would be cancelled); it is freed
-        when they finish."""
+        The dropped channel is not closed here (edges still in flight on it would be cancelled); its
+        idle lanes are, and it is freed when the rest finish."""
         with self._peers_lock:
             peer = self._peers.get((address, deployer))
-            if peer is not None and peer[1] is stub:
+            if peer is not None and peer[1] is lanes:
                 del self._peers[(address, deployer)]
+        lanes.close()
 
     def close(self) -> None:
+        self._closing.set()
         with self._peers_lock:
-            for channel, _ in self._peers.values():
+            for channel, lanes in self._peers.values():
+                lanes.close()
                 channel.close()
             self._peers.clear()
 
@@ -196,31 +261,35 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             raise _refuse("NOT_AUTHORISED", "only this deployer's runtime may ask", grpc.StatusCode.PERMISSION_DENIED)
 
     def _parse_path(self, data: bytes, what: str = "parent_path") -> Path:
-        try:
-            return Path.from_bytes(data)
-        except MalformedError as exc:
-            raise _refuse("INVALID_ARGUMENT", f"{what}: {exc}", INVALID) from None
+        """The parsed path (structure only, not verified), kept by the bytes' digest: a runtime names
+        the same parent record on call after call."""
+        key = hashlib.sha256(data).digest()
+        path = self._parsed.get(key)
+        if path is None:
+            try:
+                path = Path.from_bytes(data)
+            except MalformedError as exc:
+                raise _refuse("INVALID_ARGUMENT", f"{what}: {exc}", INVALID) from None
+            self._parsed.put(key, path)
+        return path
 
     def _own_parent(self, data: bytes) -> tuple[Path, str]:
         """The path of a record this signer issued (as stored when issued), and that record's digest.
 
         The stored path was checked when the record was issued and its leaf binds the prefix by
-        digest, so it is not verified again here. Parsed stored paths are kept in a small cache.
+        digest, so it is not verified again here. Kept by the digest of the bytes naming it.
         """
+        key = hashlib.sha256(data).digest()
+        known = self._own_parents.get(key)
+        if known is not None:
+            return known
         digest = self._parse_path(data).leaf.digest()
-        with self._parsed_lock:
-            cached = self._parsed.get(digest)
-        if cached is not None:
-            return cached, digest
         stored = self._store.issued_path(digest)
         if stored is None:
             raise _refuse("PARENT_UNKNOWN", "the parent record was not issued by this signer")
-        path = Path.from_bytes(stored)
-        with self._parsed_lock:
-            if len(self._parsed) >= PARSED_PATH_CACHE:
-                self._parsed.pop(next(iter(self._parsed)))
-            self._parsed[digest] = path
-        return path, digest
+        known = (Path.from_bytes(stored), digest)
+        self._own_parents.put(key, known)
+        return known
 
     def _depth_limit(self, path: Path) -> int:
         limits = [e.record.policy.max_depth for e in path.envelopes if e.record.policy.max_depth is not None]
@@ -474,14 +543,13 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             parse_address(request.parent_signer, "parent_signer")
         except ConfigError as exc:
             raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
-        stub = self._peer(request.parent_signer, parent_deployer)
+        lanes = self._peer(request.parent_signer, parent_deployer)
         try:
-            response = stub.CoSignEdge(call, timeout=self._config.cosign_timeout_ms / 1000)
+            response = lanes.ask(call, self._config.cosign_timeout_ms / 1000)
             outcome = "ok"
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
+        except ServiceError as error:
             if error.code == "UNAVAILABLE":  # the transport failed (a refusal carries its own code)
-                self._forget_peer(request.parent_signer, parent_deployer, stub)
+                self._forget_peer(request.parent_signer, parent_deployer, lanes)
             outcome = "unreachable" if error.retryable else "refused"
             code = "PARENT_UNREACHABLE" if error.retryable else "PARENT_REFUSED"
             status = grpc.StatusCode.UNAVAILABLE if error.retryable else REFUSED
@@ -507,6 +575,56 @@ class SignerService(signer_pb2_grpc.SignerServicer):
 
     @servicer_edge
     def CoSignEdge(
+        self, request: signer_pb2.CoSignEdgeRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.CoSignEdgeResponse:
+        return self._cosign_edge(request, context)
+
+    @stream_edge
+    def CoSignEdges(
+        self, requests: Iterator[signer_pb2.CoSignEdgeRequest], context: grpc.ServicerContext
+    ) -> Iterator[signer_pb2.CoSignEdgeResponse]:
+        """A co-signing lane: each edge decided as by CoSignEdge, in order; a refusal ends the lane."""
+        identity = None if self._config.tls.insecure_loopback else peer_identity(context)
+        peer = identity.deployer if identity is not None and identity.deployer else str(context.peer())
+        with self._lanes_lock:
+            if self._lanes_from[peer] >= self._config.cosign_lanes:
+                raise _refuse(
+                    "LANES_EXHAUSTED", f"{peer} already has {self._config.cosign_lanes} co-signing lanes open",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
+                )  # fmt: skip
+            self._lanes_from[peer] += 1
+            self._lanes[context] = False
+        self._metrics.lanes.inc()
+        try:
+            for request in requests:
+                with self._lanes_lock:
+                    self._lanes[context] = True
+                answer = self._cosign_edge(request, context)
+                with self._lanes_lock:
+                    self._lanes[context] = False
+                    stopping = self._stopping
+                yield answer
+                if stopping:  # shutting down: the edge in flight was answered; end the lane
+                    return
+        finally:
+            with self._lanes_lock:
+                del self._lanes[context]
+                self._lanes_from[peer] -= 1
+                if not self._lanes_from[peer]:
+                    del self._lanes_from[peer]
+            self._metrics.lanes.dec()
+
+    def stopping(self) -> None:
+        """Shutdown has begun: end the idle lanes now (a busy one ends once its edge is answered), so
+        peers' lanes do not hold the server for its grace period. Their signers open new lanes to
+        wherever this deployer's signer comes back."""
+        with self._lanes_lock:
+            self._stopping = True
+            idle = [context for context, busy in self._lanes.items() if not busy]
+        for context in idle:
+            context.cancel()
+
+    def _cosign_edge(
         self, request: signer_pb2.CoSignEdgeRequest, context: grpc.ServicerContext
     ) -> signer_pb2.CoSignEdgeResponse:
         registry = self._registry()
@@ -625,6 +743,10 @@ class SignerDaemon:
 
     def start(self) -> None:
         self.follower.start()
+        self.service.start()
+
+    def stopping(self) -> None:
+        self.service.stopping()
 
     def close(self) -> None:
         self.service.close()

@@ -58,26 +58,25 @@ class SignerStore:
             self._db = open_sqlite(parts.path)
             for statement in SCHEMA:
                 self._db.execute(statement)
+            # A second connection for commits that need not survive power loss (see ``transaction``):
+            # the sync mode is per connection, so neither ever switches it.
+            self._fast = open_sqlite(parts.path)
+            self._fast.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
             raise ConfigError(f"cannot open signer state {parts.path}: {exc}") from None
 
     @contextmanager
     def _transaction(self, durable: bool) -> Iterator[sqlite3.Connection]:
+        db = self._db if durable else self._fast
         with self._lock:
             try:
-                if not durable:
-                    self._db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("BEGIN IMMEDIATE")
                 try:
-                    self._db.execute("BEGIN IMMEDIATE")
-                    try:
-                        yield self._db
-                    except BaseException:
-                        self._db.execute("ROLLBACK")
-                        raise
-                    self._db.execute("COMMIT")
-                finally:
-                    if not durable:
-                        self._db.execute("PRAGMA synchronous=FULL")
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StateUnavailable(f"signer state: {exc}") from exc
 
@@ -101,6 +100,7 @@ class SignerStore:
 
     def close(self) -> None:
         with self._lock:
+            self._fast.close()
             self._db.close()
 
 

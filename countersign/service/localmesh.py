@@ -92,6 +92,7 @@ class LocalMesh:
     staleness_ms: int = 30_000
     heartbeat_ms: int = 1_000
     cosign_timeout_ms: int = 2_000
+    signer_options: Mapping[str, Any] = field(default_factory=dict)  # more signer settings, for every signer
     launcher: Callable[[str, list[str]], list[str]] = field(default=lambda name, argv: argv)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     daemons: dict[str, Daemon] = field(default_factory=dict, init=False)
@@ -138,6 +139,7 @@ class LocalMesh:
                     "registry_cache": str(self.workdir / "state" / f"{deployer}-registry.json"),
                     "staleness_ms": self.staleness_ms,
                     "heartbeat_ms": self.heartbeat_ms,
+                    **self.signer_options,
                 },
                 tls_name=f"{deployer}-signer",
             )

@@ -65,6 +65,11 @@ class SignerStub:
                 request_serializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.FromString,
                 _registered_method=True)
+        self.CoSignEdges = channel.stream_stream(
+                '/countersign.v1.Signer/CoSignEdges',
+                request_serializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.FromString,
+                _registered_method=True)
 
 
 class SignerServicer:
@@ -116,6 +121,16 @@ class SignerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CoSignEdges(self, request_iterator, context):
+        """The same co-signing over a long-lived stream (a co-signing lane): edges one at a time, each
+        answered before the next is sent, every edge decided exactly as by CoSignEdge. A refusal ends
+        the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
+        the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SignerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +161,11 @@ def add_SignerServicer_to_server(servicer, server):
             ),
             'CoSignEdge': grpc.unary_unary_rpc_method_handler(
                     servicer.CoSignEdge,
+                    request_deserializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.SerializeToString,
+            ),
+            'CoSignEdges': grpc.stream_stream_rpc_method_handler(
+                    servicer.CoSignEdges,
                     request_deserializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.SerializeToString,
             ),
@@ -310,6 +330,33 @@ class Signer:
             request,
             target,
             '/countersign.v1.Signer/CoSignEdge',
+            countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.SerializeToString,
+            countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CoSignEdges(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/countersign.v1.Signer/CoSignEdges',
             countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.SerializeToString,
             countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.FromString,
             options,

@@ -54,6 +54,12 @@ class SignerStub:
     """Another deployer's signer (mTLS identity = the child deployer): co-sign an edge manifest as the
     parent, if an open grant and this deployer's policy allow it.
     """
+    CoSignEdges: _grpc.StreamStreamMultiCallable[_signer_pb2.CoSignEdgeRequest, _signer_pb2.CoSignEdgeResponse]
+    """The same co-signing over a long-lived stream (a co-signing lane): edges one at a time, each
+    answered before the next is sent, every edge decided exactly as by CoSignEdge. A refusal ends
+    the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
+    the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
+    """
 
 @_typing.type_check_only
 class SignerAsyncStub(SignerStub):
@@ -77,6 +83,12 @@ class SignerAsyncStub(SignerStub):
     CoSignEdge: _aio.UnaryUnaryMultiCallable[_signer_pb2.CoSignEdgeRequest, _signer_pb2.CoSignEdgeResponse]  # type: ignore[assignment]
     """Another deployer's signer (mTLS identity = the child deployer): co-sign an edge manifest as the
     parent, if an open grant and this deployer's policy allow it.
+    """
+    CoSignEdges: _aio.StreamStreamMultiCallable[_signer_pb2.CoSignEdgeRequest, _signer_pb2.CoSignEdgeResponse]  # type: ignore[assignment]
+    """The same co-signing over a long-lived stream (a co-signing lane): edges one at a time, each
+    answered before the next is sent, every edge decided exactly as by CoSignEdge. A refusal ends
+    the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
+    the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
     """
 
 class SignerServicer(metaclass=_abc_1.ABCMeta):
@@ -134,6 +146,18 @@ class SignerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_signer_pb2.CoSignEdgeResponse, _abc.Awaitable[_signer_pb2.CoSignEdgeResponse]]:
         """Another deployer's signer (mTLS identity = the child deployer): co-sign an edge manifest as the
         parent, if an open grant and this deployer's policy allow it.
+        """
+
+    @_abc_1.abstractmethod
+    def CoSignEdges(
+        self,
+        request_iterator: _MaybeAsyncIterator[_signer_pb2.CoSignEdgeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_signer_pb2.CoSignEdgeResponse], _abc.AsyncIterator[_signer_pb2.CoSignEdgeResponse]]:
+        """The same co-signing over a long-lived stream (a co-signing lane): edges one at a time, each
+        answered before the next is sent, every edge decided exactly as by CoSignEdge. A refusal ends
+        the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
+        the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
         """
 
 def add_SignerServicer_to_server(servicer: SignerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,213 @@
+"""Co-signing lanes (``CoSignEdges``): the same decisions as ``CoSignEdge``, on a long-lived stream.
+
+Each edge on a lane is answered in order with what the unary call would answer; a refusal ends the
+lane with the same typed status; a peer may hold at most ``cosign_lanes`` lanes; bad messages and
+bad peers are refused as on every other RPC; and a child's idle lanes are closed so they hold no
+thread of the parent's server.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from countersign._proto.v1 import signer_pb2
+from countersign.constructions import EdgeProposal, verify_cosignature
+from countersign.keys import PublicKey
+from countersign.records import CoSignature, CoSignerRole, NodeRecord, Path, parse_json
+from countersign.service.clients import SignerClient
+from countersign.service.errors import ServiceError, from_rpc_error
+from countersign.service.localmesh import LocalMesh
+from tests.mesh.helpers import channel_to, delegate, grant_row, hand_built_edge, poll, scrape, signer_stub
+
+pytestmark = pytest.mark.daemons
+LANES = 2  # the mesh below allows two lanes per peer
+
+
+class Lane:
+    """A raw CoSignEdges stream driven one edge at a time, as a child's signer drives it."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._requests: queue.SimpleQueue[signer_pb2.CoSignEdgeRequest | None] = queue.SimpleQueue()
+        self.call = signer_stub(channel).CoSignEdges(iter(self._requests.get, None), timeout=30)
+
+    def ask(self, request: signer_pb2.CoSignEdgeRequest) -> signer_pb2.CoSignEdgeResponse:
+        self._requests.put(request)
+        return next(self.call)
+
+    def refusal(self, request: signer_pb2.CoSignEdgeRequest) -> ServiceError:
+        self._requests.put(request)
+        with pytest.raises(grpc.RpcError) as raised:
+            next(self.call)
+        return from_rpc_error(raised.value)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
+@pytest.fixture(scope="module")
+def lane_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
+    from tests.mesh.conftest import start_mesh
+
+    mesh = start_mesh(tmp_path_factory.mktemp("lanes"), signer_options={"cosign_lanes": LANES})
+    yield mesh
+    mesh.stop_all()
+
+
+@pytest.fixture
+def runtime_a(lane_mesh: LocalMesh) -> Iterator[SignerClient]:
+    client = lane_mesh.runtime("deployer-a")
+    yield client
+    client.close()
+
+
+def lanes_open(mesh: LocalMesh, daemon: str) -> float:
+    return sum(value for _, value in scrape(mesh, daemon).get("countersign_cosign_lanes_open", []))
+
+
+def parent_cosig_verifies(mesh: LocalMesh, parent: Path, request: signer_pb2.CoSignEdgeRequest, answer: str) -> bool:
+    child = NodeRecord.from_json(parse_json(request.child_record))
+    key = mesh.deployer_keys["deployer-a"]
+    cosig = CoSignature.from_json(parse_json(answer.encode()))
+    proposal = EdgeProposal(parent.leaf, child, key.key_id)
+    return cosig.role is CoSignerRole.PARENT and verify_cosignature(proposal, cosig, PublicKey(key.public_key))
+
+
+def test_edges_on_one_lane_are_answered_in_order_and_a_retry_gets_the_same_answer(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    root = runtime_a.root("planner", "lanes", max_children=8)
+    grants = [runtime_a.open_grant(root, "deployer-b") for _ in range(3)]
+    edges = [hand_built_edge(lane_mesh, root, g.grant_id, "deployer-b", instance=f"e{i}") for i, g in enumerate(grants)]
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-b-signer")
+    lane = Lane(channel)
+    try:
+        answers = [lane.ask(edge).parent_cosignature for edge in edges]
+        again = lane.ask(edges[0]).parent_cosignature  # the same edge under the same grant: a safe retry
+    finally:
+        lane.close()
+        channel.close()
+    assert len(set(answers)) == 3
+    for edge, answer in zip(edges, answers, strict=True):
+        assert parent_cosig_verifies(lane_mesh, root, edge, answer)
+        row = grant_row(lane_mesh, "deployer-a", edge.grant_id)
+        assert row is not None and row[4] == answer  # spent on exactly this edge, durably
+    assert again == answers[0]
+
+
+def test_a_refusal_ends_the_lane_with_the_typed_code_and_spends_nothing(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    root = runtime_a.root("planner", "lanes-refusal", max_children=8)
+    good = runtime_a.open_grant(root, "deployer-b")
+    for_c = runtime_a.open_grant(root, "deployer-c")
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-b-signer")
+    lane = Lane(channel)
+    try:
+        error = lane.refusal(hand_built_edge(lane_mesh, root, for_c.grant_id, "deployer-b"))
+        assert (error.code, error.status) == ("GRANT_WRONG_CHILD", grpc.StatusCode.FAILED_PRECONDITION)
+        with pytest.raises(grpc.RpcError):  # the lane is over
+            lane.ask(hand_built_edge(lane_mesh, root, good.grant_id, "deployer-b"))
+    finally:
+        lane.close()
+    row = grant_row(lane_mesh, "deployer-a", for_c.grant_id)
+    assert row is not None and row[3] is None  # the refused grant is unspent
+    fresh = Lane(channel)  # a new lane decides the next edge normally
+    try:
+        edge = hand_built_edge(lane_mesh, root, good.grant_id, "deployer-b", instance="after")
+        assert parent_cosig_verifies(lane_mesh, root, edge, fresh.ask(edge).parent_cosignature)
+    finally:
+        fresh.close()
+        channel.close()
+
+
+def test_a_peer_holds_at_most_cosign_lanes_lanes(lane_mesh: LocalMesh, runtime_a: SignerClient) -> None:
+    poll(lambda: lanes_open(lane_mesh, "deployer-a") == 0 or None, what="idle lanes closed")
+    root = runtime_a.root("planner", "lanes-cap", max_children=8)
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-b-signer")
+    held = [Lane(channel) for _ in range(LANES)]
+    try:
+        for lane in held:  # each lane is open once it has answered an edge
+            grant = runtime_a.open_grant(root, "deployer-b")
+            lane.ask(hand_built_edge(lane_mesh, root, grant.grant_id, "deployer-b", instance=grant.grant_id[:8]))
+        assert lanes_open(lane_mesh, "deployer-a") == LANES
+        grant = runtime_a.open_grant(root, "deployer-b")
+        extra = Lane(channel)
+        error = extra.refusal(hand_built_edge(lane_mesh, root, grant.grant_id, "deployer-b", instance="extra"))
+        assert (error.code, error.status, error.retryable) == (
+            "LANES_EXHAUSTED",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            True,
+        )
+        row = grant_row(lane_mesh, "deployer-a", grant.grant_id)
+        assert row is not None and row[3] is None
+        # Another peer is not limited by deployer-b's lanes.
+        other = channel_to(lane_mesh, "deployer-a", "deployer-c-signer")
+        grant_c = runtime_a.open_grant(root, "deployer-c")
+        lane_c = Lane(other)
+        try:
+            assert lane_c.ask(hand_built_edge(lane_mesh, root, grant_c.grant_id, "deployer-c")).parent_cosignature
+        finally:
+            lane_c.close()
+            other.close()
+        held.pop().close()  # one lane closed: deployer-b may open another
+        poll(lambda: lanes_open(lane_mesh, "deployer-a") == LANES - 1 or None, what="lane released")
+        again = Lane(channel)
+        held.append(again)
+        assert again.ask(hand_built_edge(lane_mesh, root, grant.grant_id, "deployer-b", instance="extra"))
+    finally:
+        for lane in held:
+            lane.close()
+        channel.close()
+
+
+def test_a_lane_from_a_peer_that_is_not_the_childs_signer_is_refused(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    root = runtime_a.root("planner", "lanes-auth")
+    grant = runtime_a.open_grant(root, "deployer-b")
+    edge = hand_built_edge(lane_mesh, root, grant.grant_id, "deployer-b")
+    for identity in ("deployer-c-signer", "deployer-b-runtime", "client"):
+        channel = channel_to(lane_mesh, "deployer-a", identity)
+        lane = Lane(channel)
+        try:
+            error = lane.refusal(edge)
+        finally:
+            lane.close()
+            channel.close()
+        assert (error.code, error.status) == ("NOT_AUTHORISED", grpc.StatusCode.PERMISSION_DENIED), identity
+    row = grant_row(lane_mesh, "deployer-a", grant.grant_id)
+    assert row is not None and row[3] is None
+
+
+def test_an_undecodable_message_on_a_lane_is_invalid_argument_and_the_signer_keeps_serving(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-b-signer")
+    raw = channel.stream_stream(
+        "/countersign.v1.Signer/CoSignEdges", request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    for garbage in (b"\x0a\x02\xff\xfe", b"\xff\xff\xff", b"\x12"):
+        with pytest.raises(grpc.RpcError) as raised:
+            list(raw(iter([garbage]), timeout=10))
+        error = from_rpc_error(raised.value)
+        assert (error.code, error.status) == ("INVALID_ARGUMENT", grpc.StatusCode.INVALID_ARGUMENT), garbage
+    channel.close()
+    root = runtime_a.root("planner", "lanes-garbage")
+    assert delegate(lane_mesh, root, "deployer-b", "after-garbage").leaf.record.deployer == "deployer-b"
+    assert "internal error" not in lane_mesh.daemons["deployer-a"].log_file.read_text()
+
+
+def test_delegations_use_lanes_and_idle_lanes_are_closed(lane_mesh: LocalMesh, runtime_a: SignerClient) -> None:
+    root = runtime_a.root("planner", "lanes-idle", max_children=8)
+    for i in range(3):
+        delegate(lane_mesh, root, "deployer-b", f"r{i}")
+    streams = [labels for labels, _ in scrape(lane_mesh, "deployer-a").get("countersign_signer_requests_total", [])]
+    assert {"method": "CoSignEdge", "code": "OK"} in streams
+    # The child closes a lane idle for cosign_lane_idle_ms (1 s here): the parent's gauge returns to 0.
+    poll(lambda: lanes_open(lane_mesh, "deployer-a") == 0 or None, timeout_s=5, what="idle lane closed")
+    assert delegate(lane_mesh, root, "deployer-b", "after-idle").leaf.record.deployer == "deployer-b"

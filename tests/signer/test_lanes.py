@@ -1,0 +1,172 @@
+"""The child side's co-signing lanes (signer/lanes.py) against an in-process gRPC parent.
+
+The parent here is a scripted ``CoSignEdges`` servicer (not a signer): it answers each edge with its
+grant id, refuses, stalls or ends the lane as the grant id says, and records how many lanes are open
+at once. The real parent's decisions are tested with daemons in tests/mesh/test_cosign_lanes.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+
+from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
+from countersign.service.errors import ServiceError, abort
+from signer.lanes import CoSignLanes
+
+
+class ScriptedParent(signer_pb2_grpc.SignerServicer):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open = 0
+        self.most_open = 0
+        self.opened = 0
+        self.cancelled = threading.Event()
+
+    def CoSignEdges(
+        self, requests: Iterator[signer_pb2.CoSignEdgeRequest], context: grpc.ServicerContext
+    ) -> Iterator[signer_pb2.CoSignEdgeResponse]:
+        with self.lock:
+            self.open += 1
+            self.opened += 1
+            self.most_open = max(self.most_open, self.open)
+        try:
+            for request in requests:
+                if request.grant_id == "refuse":
+                    abort(context, ServiceError("GRANT_USED", "scripted refusal"))
+                if request.grant_id == "stall":
+                    while context.is_active():
+                        time.sleep(0.01)
+                    self.cancelled.set()
+                    return
+                time.sleep(0.002)  # long enough for concurrent edges to need several lanes
+                yield signer_pb2.CoSignEdgeResponse(parent_cosignature=request.grant_id)
+                if request.grant_id.startswith("last"):
+                    return  # the parent ends the lane after this edge
+        finally:
+            with self.lock:
+                self.open -= 1
+
+
+@pytest.fixture
+def parent() -> Iterator[tuple[ScriptedParent, grpc.Channel]]:
+    servicer = ScriptedParent()
+    server = grpc.server(ThreadPoolExecutor(max_workers=32))
+    signer_pb2_grpc.add_SignerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    yield servicer, channel
+    channel.close()
+    server.stop(0)
+
+
+def edge(grant_id: str) -> signer_pb2.CoSignEdgeRequest:
+    return signer_pb2.CoSignEdgeRequest(grant_id=grant_id)
+
+
+def test_concurrent_edges_each_get_their_own_answer_and_never_more_than_size_lanes(
+    parent: tuple[ScriptedParent, grpc.Channel],
+) -> None:
+    servicer, channel = parent
+    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=3, idle_s=60)
+    asked = [f"g{n}" for n in range(120)]
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(lambda g: lanes.ask(edge(g), 10).parent_cosignature, asked))
+    lanes.close()
+    assert answers == asked
+    assert servicer.most_open == 3
+    assert servicer.opened == 3  # lanes are kept and reused, not opened per edge
+
+
+def test_no_answer_within_the_deadline_cancels_the_lane_and_the_next_edge_opens_a_new_one(
+    parent: tuple[ScriptedParent, grpc.Channel],
+) -> None:
+    servicer, channel = parent
+    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    assert lanes.ask(edge("first"), 10).parent_cosignature == "first"
+    started = time.monotonic()
+    with pytest.raises(ServiceError) as raised:
+        lanes.ask(edge("stall"), 0.3)
+    assert time.monotonic() - started < 2
+    assert (raised.value.code, raised.value.retryable) == ("DEADLINE_EXCEEDED", True)
+    assert servicer.cancelled.wait(5), "the parent never saw the cancellation"
+    assert lanes.ask(edge("after"), 10).parent_cosignature == "after"  # the only slot was given back
+    assert servicer.opened == 2
+    lanes.close()
+
+
+def test_a_refusal_keeps_its_typed_code_and_the_lane_is_replaced(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
+    servicer, channel = parent
+    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    with pytest.raises(ServiceError) as raised:
+        lanes.ask(edge("refuse"), 10)
+    assert (raised.value.code, raised.value.status, raised.value.retryable) == (
+        "GRANT_USED",
+        grpc.StatusCode.FAILED_PRECONDITION,
+        False,
+    )
+    assert lanes.ask(edge("next"), 10).parent_cosignature == "next"
+    assert servicer.opened == 2
+    lanes.close()
+
+
+def test_a_lane_the_parent_ended_while_idle_is_not_reused(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
+    servicer, channel = parent
+    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    assert lanes.ask(edge("last-1"), 10).parent_cosignature == "last-1"
+    deadline = time.monotonic() + 5
+    while servicer.open and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # the child's reader sees the end
+    assert lanes.ask(edge("then"), 10).parent_cosignature == "then"
+    assert servicer.opened == 2
+    lanes.close()
+
+
+def test_all_lanes_busy_past_the_deadline_is_a_retryable_deadline_error(
+    parent: tuple[ScriptedParent, grpc.Channel],
+) -> None:
+    _, channel = parent
+    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    stall_errors: list[ServiceError] = []
+
+    def stall() -> None:
+        try:
+            lanes.ask(edge("stall"), 2)
+        except ServiceError as exc:
+            stall_errors.append(exc)
+
+    stalled = threading.Thread(target=stall)
+    stalled.start()
+    time.sleep(0.2)
+    with pytest.raises(ServiceError) as raised:
+        lanes.ask(edge("waiting"), 0.3)
+    assert (raised.value.code, raised.value.retryable) == ("DEADLINE_EXCEEDED", True)
+    assert "busy" in str(raised.value)
+    stalled.join()
+    assert [e.code for e in stall_errors] == ["DEADLINE_EXCEEDED"]
+    lanes.close()
+
+
+def test_idle_lanes_are_closed(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
+    servicer, channel = parent
+    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=2, idle_s=0.2)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda g: lanes.ask(edge(g), 10), ["a", "b", "c", "d"]))
+    assert servicer.open >= 1
+    lanes.close_idle()
+    assert servicer.open >= 1  # not idle long enough yet
+    time.sleep(0.3)
+    lanes.close_idle()
+    deadline = time.monotonic() + 5
+    while servicer.open and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert servicer.open == 0
+    assert lanes.ask(edge("again"), 10).parent_cosignature == "again"
+    lanes.close()
