@@ -17,7 +17,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Generic, TypeVar
 
@@ -55,11 +55,11 @@ from countersign.service.config import (
     validate_follower,
 )
 from countersign.service.errors import ServiceError, servicer_edge, stream_edge
+from countersign.service.lanes import Lanes
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
 from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
 from signer.backends import load_signer
-from signer.lanes import CoSignLanes
 from signer.store import Grant, SignerStore, Transaction
 
 log = logging.getLogger("countersign.signer")
@@ -85,10 +85,11 @@ class SignerConfig:
     max_ttl_ms: int = 24 * 3_600_000
     max_grant_ttl_ms: int = 600_000
     cosign_timeout_ms: int = 2_000
-    # Co-signing lanes (signer/lanes.py): at most this many open CoSignEdges streams to each parent,
-    # and as a parent from each peer; a lane idle this long is closed.
-    cosign_lanes: int = 4
-    cosign_lane_idle_ms: int = 1_000
+    # Lanes (countersign/service/lanes.py): at most this many open from each peer deployer's signer
+    # and from each runtime connection, and as many co-signing lanes opened to each parent; a
+    # co-signing lane idle this long is closed.
+    lanes_per_peer: int = 4
+    lane_idle_ms: int = 1_000
     clock_skew_ms: int = 60_000
     staleness_ms: int = 30_000
     heartbeat_ms: int = 1_000
@@ -108,10 +109,10 @@ class SignerConfig:
             raise ConfigError(f"max_depth must be between 0 and {MAX_DEPTH}")
         if self.cosign_timeout_ms < 1:
             raise ConfigError("cosign_timeout_ms must be positive")
-        if not 1 <= self.cosign_lanes <= MAX_LANES:
-            raise ConfigError(f"cosign_lanes must be between 1 and {MAX_LANES}")
-        if self.cosign_lane_idle_ms < 1:
-            raise ConfigError("cosign_lane_idle_ms must be positive")
+        if not 1 <= self.lanes_per_peer <= MAX_LANES:
+            raise ConfigError(f"lanes_per_peer must be between 1 and {MAX_LANES}")
+        if self.lane_idle_ms < 1:
+            raise ConfigError("lane_idle_ms must be positive")
 
 
 class SignerMetrics:
@@ -121,8 +122,9 @@ class SignerMetrics:
             registry=registry,
         )  # fmt: skip
         self.lanes = prometheus_client.Gauge(
-            "countersign_cosign_lanes_open", "Co-signing lanes open from peers (as the parent)", registry=registry
-        )
+            "countersign_lanes_open", "Lanes open to this signer by kind (cosign: from peers; runtime)", ["kind"],
+            registry=registry,
+        )  # fmt: skip
         self.cosign_latency = prometheus_client.Histogram(
             "countersign_cosign_seconds", "Round trip of asking the parent's signer to co-sign", ["outcome"],
             registry=registry, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0),
@@ -132,6 +134,9 @@ class SignerMetrics:
 
 K = TypeVar("K")
 V = TypeVar("V")
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+CoSignLanes = Lanes[signer_pb2.CoSignEdgeRequest, signer_pb2.CoSignEdgeResponse]
 
 
 class Bounded(Generic[K, V]):
@@ -193,19 +198,6 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._lanes: dict[grpc.ServicerContext, bool] = {}  # open lanes, as parent: busy deciding an edge?
         self._lanes_lock = threading.Lock()
         self._stopping = False
-        self._closing = threading.Event()
-        self._reaper = threading.Thread(target=self._close_idle_lanes, name="countersign-lane-reaper", daemon=True)
-
-    def start(self) -> None:
-        self._reaper.start()
-
-    def _close_idle_lanes(self) -> None:
-        interval = self._config.cosign_lane_idle_ms / 2000
-        while not self._closing.wait(interval):
-            with self._peers_lock:
-                peers = [lanes for _, lanes in self._peers.values()]
-            for lanes in peers:
-                lanes.close_idle()
 
     def _peer(self, address: str, deployer: str) -> CoSignLanes:
         """Co-signing lanes on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
@@ -213,11 +205,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             peer = self._peers.get((address, deployer))
             if peer is None:
                 channel = open_channel(address, self._config.tls, signer_dns(deployer))
-                lanes = CoSignLanes(
-                    signer_pb2_grpc.SignerStub(channel),
-                    self._config.cosign_lanes,
-                    self._config.cosign_lane_idle_ms / 1000,
-                )
+                lanes: CoSignLanes = Lanes(
+                    signer_pb2_grpc.SignerStub(channel).CoSignEdges, self._config.lanes_per_peer,
+                    self._config.lane_idle_ms / 1000,
+                )  # fmt: skip
                 peer = self._peers[(address, deployer)] = (channel, lanes)
             return peer[1]
 
@@ -233,7 +224,6 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         lanes.close()
 
     def close(self) -> None:
-        self._closing.set()
         with self._peers_lock:
             for channel, lanes in self._peers.values():
                 lanes.close()
@@ -583,36 +573,75 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     def CoSignEdges(
         self, requests: Iterator[signer_pb2.CoSignEdgeRequest], context: grpc.ServicerContext
     ) -> Iterator[signer_pb2.CoSignEdgeResponse]:
-        """A co-signing lane: each edge decided as by CoSignEdge, in order; a refusal ends the lane."""
+        """A co-signing lane: each edge decided as by CoSignEdge, in order; a refusal ends the lane.
+        Lanes are counted per peer deployer (another operator's signer may open many connections)."""
         identity = None if self._config.tls.insecure_loopback else peer_identity(context)
         peer = identity.deployer if identity is not None and identity.deployer else str(context.peer())
+        yield from self._serve_lane("cosign", peer, requests, context, lambda edge: self._cosign_edge(edge, context))
+
+    @stream_edge
+    def RuntimeCalls(
+        self, calls: Iterator[signer_pb2.RuntimeCall], context: grpc.ServicerContext
+    ) -> Iterator[signer_pb2.RuntimeAnswer]:
+        """A runtime lane: each call answered as its unary form would, in order; a refusal ends the lane.
+        Lanes are counted per connection: a deployer may run many runtime processes under one identity."""
+        self._require_runtime(context)
+        yield from self._serve_lane(
+            "runtime", str(context.peer()), calls, context, lambda c: self._runtime_call(c, context)
+        )
+
+    def _runtime_call(self, call: signer_pb2.RuntimeCall, context: grpc.ServicerContext) -> signer_pb2.RuntimeAnswer:
+        kind = call.WhichOneof("call")
+        if kind == "issue_root":
+            return signer_pb2.RuntimeAnswer(issued=self.IssueRoot(call.issue_root, context))
+        if kind == "issue_local_child":
+            return signer_pb2.RuntimeAnswer(issued=self.IssueLocalChild(call.issue_local_child, context))
+        if kind == "issue_receipt":
+            return signer_pb2.RuntimeAnswer(issued=self.IssueReceipt(call.issue_receipt, context))
+        if kind == "open_grant":
+            return signer_pb2.RuntimeAnswer(grant=self.OpenGrant(call.open_grant, context))
+        if kind == "accept_delegation":
+            return signer_pb2.RuntimeAnswer(issued=self.AcceptDelegation(call.accept_delegation, context))
+        raise _refuse("INVALID_ARGUMENT", "a runtime call must name one call", INVALID)
+
+    def _serve_lane(
+        self,
+        kind: str,
+        peer: str,
+        requests: Iterator[Request],
+        context: grpc.ServicerContext,
+        decide: Callable[[Request], Answer],
+    ) -> Iterator[Answer]:
+        """Answer ``requests`` one at a time on this lane, holding one of ``peer``'s lane slots."""
+        key = f"{kind}:{peer}"
         with self._lanes_lock:
-            if self._lanes_from[peer] >= self._config.cosign_lanes:
+            if self._lanes_from[key] >= self._config.lanes_per_peer:
                 raise _refuse(
-                    "LANES_EXHAUSTED", f"{peer} already has {self._config.cosign_lanes} co-signing lanes open",
+                    "LANES_EXHAUSTED", f"{peer} already has {self._config.lanes_per_peer} {kind} lanes open",
                     grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
                 )  # fmt: skip
-            self._lanes_from[peer] += 1
+            self._lanes_from[key] += 1
             self._lanes[context] = False
-        self._metrics.lanes.inc()
+        gauge = self._metrics.lanes.labels(kind)
+        gauge.inc()
         try:
             for request in requests:
                 with self._lanes_lock:
                     self._lanes[context] = True
-                answer = self._cosign_edge(request, context)
+                answer = decide(request)
                 with self._lanes_lock:
                     self._lanes[context] = False
                     stopping = self._stopping
                 yield answer
-                if stopping:  # shutting down: the edge in flight was answered; end the lane
+                if stopping:  # shutting down: the call in flight was answered; end the lane
                     return
         finally:
             with self._lanes_lock:
                 del self._lanes[context]
-                self._lanes_from[peer] -= 1
-                if not self._lanes_from[peer]:
-                    del self._lanes_from[peer]
-            self._metrics.lanes.dec()
+                self._lanes_from[key] -= 1
+                if not self._lanes_from[key]:
+                    del self._lanes_from[key]
+            gauge.dec()
 
     def stopping(self) -> None:
         """Shutdown has begun: end the idle lanes now (a busy one ends once its edge is answered), so
@@ -743,7 +772,6 @@ class SignerDaemon:
 
     def start(self) -> None:
         self.follower.start()
-        self.service.start()
 
     def stopping(self) -> None:
         self.service.stopping()

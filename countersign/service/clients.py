@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -21,6 +22,7 @@ from countersign.reasons import Reason, Verdict, VerificationResult
 from countersign.records import Path
 from countersign.service.config import TlsConfig
 from countersign.service.errors import from_rpc_error
+from countersign.service.lanes import Lanes
 from countersign.service.tls import coordinator_dns, open_channel, signer_dns, verifier_dns
 
 
@@ -152,19 +154,38 @@ class VerifierClient:
         self._channel.close()
 
 
+# The oneof field of RuntimeCall that carries each runtime method's request.
+RUNTIME_CALLS = {
+    "IssueRoot": "issue_root",
+    "IssueLocalChild": "issue_local_child",
+    "IssueReceipt": "issue_receipt",
+    "OpenGrant": "open_grant",
+    "AcceptDelegation": "accept_delegation",
+}
+
+
 @dataclass
 class SignerClient:
-    """A deployer's runtime talking to its own signer."""
+    """A deployer's runtime talking to its own signer: over up to ``lanes`` runtime lanes
+    (``RuntimeCalls`` streams, ADR 0008), or with ``lanes=0`` one unary call per request."""
 
     address: str
     tls: TlsConfig
     deployer: str
+    lanes: int = 4
+    lane_idle_s: float = 1.0
 
     def __post_init__(self) -> None:
         self._channel = open_channel(self.address, self.tls, signer_dns(self.deployer))
         self.stub = signer_pb2_grpc.SignerStub(self._channel)
+        self._lanes: Lanes[signer_pb2.RuntimeCall, signer_pb2.RuntimeAnswer] | None = (
+            Lanes(self.stub.RuntimeCalls, self.lanes, self.lane_idle_s) if self.lanes > 0 else None
+        )
 
-    def _call(self, method: str, request: object, timeout_s: float = 10.0) -> object:
+    def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
+        if self._lanes is not None:
+            answer = self._lanes.ask(signer_pb2.RuntimeCall(**{RUNTIME_CALLS[method]: request}), timeout_s)
+            return answer.grant if method == "OpenGrant" else answer.issued
         try:
             return getattr(self.stub, method)(request, timeout=timeout_s)
         except grpc.RpcError as exc:
@@ -173,7 +194,7 @@ class SignerClient:
     def root(self, instance: str, system: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
         agent = signer_pb2.AgentFields(instance=instance, system=system, ttl_ms=ttl_ms, max_children=max_children)
         response = self._call("IssueRoot", signer_pb2.IssueRootRequest(agent=agent))
-        return Path.from_bytes(response.path)  # type: ignore[attr-defined]
+        return Path.from_bytes(response.path)
 
     def receipt(
         self, parent: Path, output_sha256: bytes, *, session: str = "", binding_scope: str = "per_turn"
@@ -181,18 +202,19 @@ class SignerClient:
         request = signer_pb2.IssueReceiptRequest(
             parent_path=parent.to_bytes(), output_sha256=output_sha256, binding_scope=binding_scope, session=session
         )
-        return Path.from_bytes(self._call("IssueReceipt", request).path)  # type: ignore[attr-defined]
+        return Path.from_bytes(self._call("IssueReceipt", request).path)
 
     def local_child(self, parent: Path, instance: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
         agent = signer_pb2.AgentFields(instance=instance, ttl_ms=ttl_ms, max_children=max_children)
         request = signer_pb2.IssueLocalChildRequest(parent_path=parent.to_bytes(), agent=agent)
-        return Path.from_bytes(self._call("IssueLocalChild", request).path)  # type: ignore[attr-defined]
+        return Path.from_bytes(self._call("IssueLocalChild", request).path)
 
     def open_grant(self, parent: Path, child_deployer: str, *, ttl_ms: int = 60_000) -> signer_pb2.OpenGrantResponse:
         request = signer_pb2.OpenGrantRequest(
             parent_path=parent.to_bytes(), child_deployer=child_deployer, ttl_ms=ttl_ms
         )
-        return self._call("OpenGrant", request)  # type: ignore[return-value]
+        grant: signer_pb2.OpenGrantResponse = self._call("OpenGrant", request)
+        return grant
 
     def accept(
         self,
@@ -213,7 +235,9 @@ class SignerClient:
             parent_signer=parent_signer,
             agent=agent,
         )
-        return Path.from_bytes(self._call("AcceptDelegation", request, timeout_s).path)  # type: ignore[attr-defined]
+        return Path.from_bytes(self._call("AcceptDelegation", request, timeout_s).path)
 
     def close(self) -> None:
+        if self._lanes is not None:
+            self._lanes.close()
         self._channel.close()

@@ -2,7 +2,7 @@
 
 The parent here is a scripted ``CoSignEdges`` servicer (not a signer): it answers each edge with its
 grant id, refuses, stalls or ends the lane as the grant id says, and records how many lanes are open
-at once. The real parent's decisions are tested with daemons in tests/mesh/test_cosign_lanes.py.
+at once. The real parent's decisions are tested with daemons in tests/mesh/test_lanes.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.service.errors import ServiceError, abort
-from signer.lanes import CoSignLanes
+from countersign.service.lanes import Lanes
 
 
 class ScriptedParent(signer_pb2_grpc.SignerServicer):
@@ -74,7 +74,7 @@ def test_concurrent_edges_each_get_their_own_answer_and_never_more_than_size_lan
     parent: tuple[ScriptedParent, grpc.Channel],
 ) -> None:
     servicer, channel = parent
-    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=3, idle_s=60)
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=3, idle_s=60)
     asked = [f"g{n}" for n in range(120)]
     with ThreadPoolExecutor(max_workers=12) as pool:
         answers = list(pool.map(lambda g: lanes.ask(edge(g), 10).parent_cosignature, asked))
@@ -88,7 +88,7 @@ def test_no_answer_within_the_deadline_cancels_the_lane_and_the_next_edge_opens_
     parent: tuple[ScriptedParent, grpc.Channel],
 ) -> None:
     servicer, channel = parent
-    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=1, idle_s=60)
     assert lanes.ask(edge("first"), 10).parent_cosignature == "first"
     started = time.monotonic()
     with pytest.raises(ServiceError) as raised:
@@ -103,7 +103,7 @@ def test_no_answer_within_the_deadline_cancels_the_lane_and_the_next_edge_opens_
 
 def test_a_refusal_keeps_its_typed_code_and_the_lane_is_replaced(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
     servicer, channel = parent
-    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=1, idle_s=60)
     with pytest.raises(ServiceError) as raised:
         lanes.ask(edge("refuse"), 10)
     assert (raised.value.code, raised.value.status, raised.value.retryable) == (
@@ -118,7 +118,7 @@ def test_a_refusal_keeps_its_typed_code_and_the_lane_is_replaced(parent: tuple[S
 
 def test_a_lane_the_parent_ended_while_idle_is_not_reused(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
     servicer, channel = parent
-    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=1, idle_s=60)
     assert lanes.ask(edge("last-1"), 10).parent_cosignature == "last-1"
     deadline = time.monotonic() + 5
     while servicer.open and time.monotonic() < deadline:
@@ -133,7 +133,7 @@ def test_all_lanes_busy_past_the_deadline_is_a_retryable_deadline_error(
     parent: tuple[ScriptedParent, grpc.Channel],
 ) -> None:
     _, channel = parent
-    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=1, idle_s=60)
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=1, idle_s=60)
     stall_errors: list[ServiceError] = []
 
     def stall() -> None:
@@ -156,17 +156,13 @@ def test_all_lanes_busy_past_the_deadline_is_a_retryable_deadline_error(
 
 def test_idle_lanes_are_closed(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
     servicer, channel = parent
-    lanes = CoSignLanes(signer_pb2_grpc.SignerStub(channel), size=2, idle_s=0.2)
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=2, idle_s=1.0)
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(lambda g: lanes.ask(edge(g), 10), ["a", "b", "c", "d"]))
-    assert servicer.open >= 1
-    lanes.close_idle()
-    assert servicer.open >= 1  # not idle long enough yet
-    time.sleep(0.3)
-    lanes.close_idle()
-    deadline = time.monotonic() + 5
-    while servicer.open and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert servicer.open >= 1  # kept open for the next call
+    deadline = time.monotonic() + 10
+    while servicer.open and time.monotonic() < deadline:  # the shared reaper closes them once idle
+        time.sleep(0.02)
     assert servicer.open == 0
     assert lanes.ask(edge("again"), 10).parent_cosignature == "again"
     lanes.close()

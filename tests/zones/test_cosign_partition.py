@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.daemons, pytest.mark.exclusive, pyt
 COSIGN_TIMEOUT_MS = 1_500
 MARGIN_S = 1.0  # the child's own work, the runtime's call and scheduling on a loaded 2-CPU machine
 # After healing, TCP retransmits what the partition held back at its next backoff step; waiting this
-# long lets the child's abandoned CoSignEdge request reach the parent if it is going to.
+# long lets the child's abandoned edge (on its co-signing lane) reach the parent if it is going to.
 SETTLE_S = 3.5
 
 
@@ -94,7 +94,7 @@ def same_grant_retry(child_runtime, parent: Path, grant, address: str):
 
 
 def test_lost_answer_is_completed_by_retrying_the_same_grant(make_zones) -> None:
-    """One-way loss: the CoSignEdge request reaches the parent, its answer never reaches the child.
+    """One-way loss: the edge reaches the parent, its answer never reaches the child.
 
     The parent spends the grant and a child slot; the child fails closed with PARENT_UNREACHABLE and
     records nothing. After healing, retrying the delegation under the same grant re-sends the edge

@@ -22,6 +22,74 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class RuntimeCall(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ISSUE_ROOT_FIELD_NUMBER: _builtins.int
+    ISSUE_LOCAL_CHILD_FIELD_NUMBER: _builtins.int
+    ISSUE_RECEIPT_FIELD_NUMBER: _builtins.int
+    OPEN_GRANT_FIELD_NUMBER: _builtins.int
+    ACCEPT_DELEGATION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def issue_root(self) -> Global___IssueRootRequest: ...
+    @_builtins.property
+    def issue_local_child(self) -> Global___IssueLocalChildRequest: ...
+    @_builtins.property
+    def issue_receipt(self) -> Global___IssueReceiptRequest: ...
+    @_builtins.property
+    def open_grant(self) -> Global___OpenGrantRequest: ...
+    @_builtins.property
+    def accept_delegation(self) -> Global___AcceptDelegationRequest: ...
+    def __init__(
+        self,
+        *,
+        issue_root: Global___IssueRootRequest | None = ...,
+        issue_local_child: Global___IssueLocalChildRequest | None = ...,
+        issue_receipt: Global___IssueReceiptRequest | None = ...,
+        open_grant: Global___OpenGrantRequest | None = ...,
+        accept_delegation: Global___AcceptDelegationRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_delegation", b"accept_delegation", "call", b"call", "issue_local_child", b"issue_local_child", "issue_receipt", b"issue_receipt", "issue_root", b"issue_root", "open_grant", b"open_grant"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_delegation", b"accept_delegation", "call", b"call", "issue_local_child", b"issue_local_child", "issue_receipt", b"issue_receipt", "issue_root", b"issue_root", "open_grant", b"open_grant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["issue_root", "issue_local_child", "issue_receipt", "open_grant", "accept_delegation"]  # noqa: Y015
+    _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
+
+Global___RuntimeCall: _TypeAlias = RuntimeCall  # noqa: Y015
+
+@_typing.final
+class RuntimeAnswer(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ISSUED_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def issued(self) -> Global___IssueResponse:
+        """IssueRoot, IssueLocalChild, IssueReceipt, AcceptDelegation"""
+
+    @_builtins.property
+    def grant(self) -> Global___OpenGrantResponse:
+        """OpenGrant"""
+
+    def __init__(
+        self,
+        *,
+        issued: Global___IssueResponse | None = ...,
+        grant: Global___OpenGrantResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "grant", b"grant", "issued", b"issued"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "grant", b"grant", "issued", b"issued"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["issued", "grant"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
+
+Global___RuntimeAnswer: _TypeAlias = RuntimeAnswer  # noqa: Y015
+
+@_typing.final
 class AgentFields(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -70,6 +70,11 @@ class SignerStub:
                 request_serializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.FromString,
                 _registered_method=True)
+        self.RuntimeCalls = channel.stream_stream(
+                '/countersign.v1.Signer/RuntimeCalls',
+                request_serializer=countersign_dot_v1_dot_signer__pb2.RuntimeCall.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_signer__pb2.RuntimeAnswer.FromString,
+                _registered_method=True)
 
 
 class SignerServicer:
@@ -131,6 +136,15 @@ class SignerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RuntimeCalls(self, request_iterator, context):
+        """Runtime of this deployer: the runtime calls above over a long-lived stream (a runtime lane), one
+        at a time, each answered before the next is sent, each decided exactly as its unary form. A
+        refusal ends the stream with the status the unary call would return.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SignerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +182,11 @@ def add_SignerServicer_to_server(servicer, server):
                     servicer.CoSignEdges,
                     request_deserializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.SerializeToString,
+            ),
+            'RuntimeCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.RuntimeCalls,
+                    request_deserializer=countersign_dot_v1_dot_signer__pb2.RuntimeCall.FromString,
+                    response_serializer=countersign_dot_v1_dot_signer__pb2.RuntimeAnswer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -359,6 +378,33 @@ class Signer:
             '/countersign.v1.Signer/CoSignEdges',
             countersign_dot_v1_dot_signer__pb2.CoSignEdgeRequest.SerializeToString,
             countersign_dot_v1_dot_signer__pb2.CoSignEdgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RuntimeCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/countersign.v1.Signer/RuntimeCalls',
+            countersign_dot_v1_dot_signer__pb2.RuntimeCall.SerializeToString,
+            countersign_dot_v1_dot_signer__pb2.RuntimeAnswer.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,11 @@ class SignerStub:
     the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
     the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
     """
+    RuntimeCalls: _grpc.StreamStreamMultiCallable[_signer_pb2.RuntimeCall, _signer_pb2.RuntimeAnswer]
+    """Runtime of this deployer: the runtime calls above over a long-lived stream (a runtime lane), one
+    at a time, each answered before the next is sent, each decided exactly as its unary form. A
+    refusal ends the stream with the status the unary call would return.
+    """
 
 @_typing.type_check_only
 class SignerAsyncStub(SignerStub):
@@ -89,6 +94,11 @@ class SignerAsyncStub(SignerStub):
     answered before the next is sent, every edge decided exactly as by CoSignEdge. A refusal ends
     the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
     the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
+    """
+    RuntimeCalls: _aio.StreamStreamMultiCallable[_signer_pb2.RuntimeCall, _signer_pb2.RuntimeAnswer]  # type: ignore[assignment]
+    """Runtime of this deployer: the runtime calls above over a long-lived stream (a runtime lane), one
+    at a time, each answered before the next is sent, each decided exactly as its unary form. A
+    refusal ends the stream with the status the unary call would return.
     """
 
 class SignerServicer(metaclass=_abc_1.ABCMeta):
@@ -158,6 +168,17 @@ class SignerServicer(metaclass=_abc_1.ABCMeta):
         answered before the next is sent, every edge decided exactly as by CoSignEdge. A refusal ends
         the stream with the same typed status CoSignEdge would return; cancelling the stream cancels
         the edge in flight. Signers use lanes: a message on an open stream costs far less than a call.
+        """
+
+    @_abc_1.abstractmethod
+    def RuntimeCalls(
+        self,
+        request_iterator: _MaybeAsyncIterator[_signer_pb2.RuntimeCall],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_signer_pb2.RuntimeAnswer], _abc.AsyncIterator[_signer_pb2.RuntimeAnswer]]:
+        """Runtime of this deployer: the runtime calls above over a long-lived stream (a runtime lane), one
+        at a time, each answered before the next is sent, each decided exactly as its unary form. A
+        refusal ends the stream with the status the unary call would return.
         """
 
 def add_SignerServicer_to_server(servicer: SignerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,7 +1,7 @@
 """Co-signing lanes (``CoSignEdges``): the same decisions as ``CoSignEdge``, on a long-lived stream.
 
 Each edge on a lane is answered in order with what the unary call would answer; a refusal ends the
-lane with the same typed status; a peer may hold at most ``cosign_lanes`` lanes; bad messages and
+lane with the same typed status; a peer may hold at most ``lanes_per_peer`` lanes; bad messages and
 bad peers are refused as on every other RPC; and a child's idle lanes are closed so they hold no
 thread of the parent's server.
 """
@@ -53,7 +53,7 @@ class Lane:
 def lane_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
     from tests.mesh.conftest import start_mesh
 
-    mesh = start_mesh(tmp_path_factory.mktemp("lanes"), signer_options={"cosign_lanes": LANES})
+    mesh = start_mesh(tmp_path_factory.mktemp("lanes"), signer_options={"lanes_per_peer": LANES})
     yield mesh
     mesh.stop_all()
 
@@ -65,8 +65,9 @@ def runtime_a(lane_mesh: LocalMesh) -> Iterator[SignerClient]:
     client.close()
 
 
-def lanes_open(mesh: LocalMesh, daemon: str) -> float:
-    return sum(value for _, value in scrape(mesh, daemon).get("countersign_cosign_lanes_open", []))
+def lanes_open(mesh: LocalMesh, daemon: str, kind: str = "cosign") -> float:
+    samples = scrape(mesh, daemon).get("countersign_lanes_open", [])
+    return sum(value for labels, value in samples if labels["kind"] == kind)
 
 
 def parent_cosig_verifies(mesh: LocalMesh, parent: Path, request: signer_pb2.CoSignEdgeRequest, answer: str) -> bool:
@@ -125,7 +126,7 @@ def test_a_refusal_ends_the_lane_with_the_typed_code_and_spends_nothing(
         channel.close()
 
 
-def test_a_peer_holds_at_most_cosign_lanes_lanes(lane_mesh: LocalMesh, runtime_a: SignerClient) -> None:
+def test_a_peer_holds_at_most_lanes_per_peer_lanes(lane_mesh: LocalMesh, runtime_a: SignerClient) -> None:
     poll(lambda: lanes_open(lane_mesh, "deployer-a") == 0 or None, what="idle lanes closed")
     root = runtime_a.root("planner", "lanes-cap", max_children=8)
     channel = channel_to(lane_mesh, "deployer-a", "deployer-b-signer")
@@ -208,6 +209,168 @@ def test_delegations_use_lanes_and_idle_lanes_are_closed(lane_mesh: LocalMesh, r
         delegate(lane_mesh, root, "deployer-b", f"r{i}")
     streams = [labels for labels, _ in scrape(lane_mesh, "deployer-a").get("countersign_signer_requests_total", [])]
     assert {"method": "CoSignEdge", "code": "OK"} in streams
-    # The child closes a lane idle for cosign_lane_idle_ms (1 s here): the parent's gauge returns to 0.
+    # The child closes a lane idle for lane_idle_ms (1 s here): the parent's gauge returns to 0.
     poll(lambda: lanes_open(lane_mesh, "deployer-a") == 0 or None, timeout_s=5, what="idle lane closed")
     assert delegate(lane_mesh, root, "deployer-b", "after-idle").leaf.record.deployer == "deployer-b"
+
+
+# --- runtime lanes ----------------------------------------------------------------------------
+
+
+class RuntimeLane:
+    """A raw RuntimeCalls stream driven one call at a time."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._requests: queue.SimpleQueue[signer_pb2.RuntimeCall | None] = queue.SimpleQueue()
+        self.call = signer_stub(channel).RuntimeCalls(iter(self._requests.get, None), timeout=30)
+
+    def ask(self, **call: object) -> signer_pb2.RuntimeAnswer:
+        self._requests.put(signer_pb2.RuntimeCall(**call))  # type: ignore[arg-type]
+        return next(self.call)
+
+    def refusal(self, **call: object) -> ServiceError:
+        self._requests.put(signer_pb2.RuntimeCall(**call))  # type: ignore[arg-type]
+        with pytest.raises(grpc.RpcError) as raised:
+            next(self.call)
+        return from_rpc_error(raised.value)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
+def test_every_runtime_call_on_one_lane_gives_what_its_unary_form_gives(lane_mesh: LocalMesh) -> None:
+    """Root, local child, receipt, grant and an accepted delegation on two runtime lanes; the
+    resulting path verifies offline, as the unary calls' paths do."""
+    from countersign.canonical import sha256_digest
+    from countersign.registry import KeyEntry, Registry
+    from countersign.state import InMemoryState
+    from countersign.verify import Mode, verify_path
+    from tests.mesh.helpers import now_ms, sha256
+
+    channel_a = channel_to(lane_mesh, "deployer-a", "deployer-a-runtime")
+    channel_b = channel_to(lane_mesh, "deployer-b", "deployer-b-runtime")
+    lane_a, lane_b = RuntimeLane(channel_a), RuntimeLane(channel_b)
+    try:
+        agent = signer_pb2.AgentFields(instance="planner", system="runtime-lane", ttl_ms=600_000, max_children=4)
+        root = lane_a.ask(issue_root=signer_pb2.IssueRootRequest(agent=agent)).issued
+        local = lane_a.ask(
+            issue_local_child=signer_pb2.IssueLocalChildRequest(
+                parent_path=root.path, agent=signer_pb2.AgentFields(instance="helper", ttl_ms=600_000, max_children=2)
+            )
+        ).issued
+        grant = lane_a.ask(
+            open_grant=signer_pb2.OpenGrantRequest(parent_path=local.path, child_deployer="deployer-b")
+        ).grant
+        accepted = lane_b.ask(
+            accept_delegation=signer_pb2.AcceptDelegationRequest(
+                parent_path=local.path, grant_id=grant.grant_id, parent_key_id=grant.parent_key_id,
+                parent_signer=lane_mesh.daemons["deployer-a"].address,
+                agent=signer_pb2.AgentFields(instance="researcher", ttl_ms=600_000, max_children=2),
+            )
+        ).issued  # fmt: skip
+        output = b"bytes the researcher emitted\n"
+        receipt = lane_b.ask(
+            issue_receipt=signer_pb2.IssueReceiptRequest(parent_path=accepted.path, output_sha256=sha256(output))
+        ).issued
+    finally:
+        lane_a.close()
+        lane_b.close()
+        channel_a.close()
+        channel_b.close()
+    path = Path.from_bytes(receipt.path)
+    assert [e.record.deployer for e in path.envelopes] == ["deployer-a", "deployer-a", "deployer-b", "deployer-b"]
+    assert receipt.record_digest == path.leaf.digest()
+    assert path.leaf.record.output is not None and path.leaf.record.output.sha256 == sha256_digest(output)
+    registry = Registry(
+        {d: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for d, k in lane_mesh.deployer_keys.items()}
+    )
+    result = verify_path(path, output, registry=registry, state=InMemoryState(), mode=Mode.AUDIT, now_ms=now_ms())
+    assert result, result
+
+
+def test_runtime_lane_refusals_are_typed_and_end_only_that_lane(lane_mesh: LocalMesh) -> None:
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-a-runtime")
+    try:
+        lane = RuntimeLane(channel)
+        error = lane.refusal()  # names no call
+        assert (error.code, error.status) == ("INVALID_ARGUMENT", grpc.StatusCode.INVALID_ARGUMENT)
+        lane.close()
+        lane = RuntimeLane(channel)
+        unknown = signer_pb2.IssueLocalChildRequest(
+            parent_path=hand_built_root(lane_mesh).to_bytes(), agent=signer_pb2.AgentFields(instance="x", ttl_ms=1000)
+        )
+        error = lane.refusal(issue_local_child=unknown)
+        assert (error.code, error.status) == ("PARENT_UNKNOWN", grpc.StatusCode.FAILED_PRECONDITION)
+        lane.close()
+        lane = RuntimeLane(channel)  # a new lane on the same connection works
+        agent = signer_pb2.AgentFields(instance="p", system="s", ttl_ms=600_000)
+        assert lane.ask(issue_root=signer_pb2.IssueRootRequest(agent=agent)).issued.path
+        lane.close()
+    finally:
+        channel.close()
+
+
+def hand_built_root(mesh: LocalMesh) -> Path:
+    """A valid root record of deployer-a that deployer-a's signer never issued."""
+    from countersign.records import Construction
+    from countersign.samples import SampleMesh
+    from tests.mesh.helpers import now_ms
+
+    sample = SampleMesh({"deployer-a": mesh.deployer_keys["deployer-a"]})
+    return sample.issue_path(Construction.SIGNED_DAG, ["deployer-a"], b"", now_ms=now_ms())
+
+
+def test_only_this_deployers_runtime_may_open_a_runtime_lane(lane_mesh: LocalMesh) -> None:
+    agent = signer_pb2.AgentFields(instance="p", system="s", ttl_ms=600_000)
+    for identity in ("deployer-b-runtime", "deployer-b-signer", "client"):
+        channel = channel_to(lane_mesh, "deployer-a", identity)
+        lane = RuntimeLane(channel)
+        try:
+            error = lane.refusal(issue_root=signer_pb2.IssueRootRequest(agent=agent))
+        finally:
+            lane.close()
+            channel.close()
+        assert (error.code, error.status) == ("NOT_AUTHORISED", grpc.StatusCode.PERMISSION_DENIED), identity
+
+
+def test_a_runtime_connection_holds_at_most_lanes_per_peer_lanes(lane_mesh: LocalMesh) -> None:
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-a-runtime")
+    agent = signer_pb2.AgentFields(instance="p", system="s", ttl_ms=600_000)
+    held = [RuntimeLane(channel) for _ in range(LANES)]
+    try:
+        for lane in held:
+            assert lane.ask(issue_root=signer_pb2.IssueRootRequest(agent=agent)).issued.path
+        assert lanes_open(lane_mesh, "deployer-a", "runtime") >= LANES
+        error = RuntimeLane(channel).refusal(issue_root=signer_pb2.IssueRootRequest(agent=agent))
+        assert (error.code, error.status) == ("LANES_EXHAUSTED", grpc.StatusCode.RESOURCE_EXHAUSTED)
+    finally:
+        for lane in held:
+            lane.close()
+        channel.close()
+
+
+def test_the_runtime_client_uses_lanes_by_default_and_unary_calls_on_request(lane_mesh: LocalMesh) -> None:
+    for lanes in (0, 2):
+        parent = SignerClient(
+            lane_mesh.daemons["deployer-a"].address, lane_mesh.tls_for("deployer-a-runtime"), "deployer-a", lanes=lanes
+        )
+        child = SignerClient(
+            lane_mesh.daemons["deployer-b"].address, lane_mesh.tls_for("deployer-b-runtime"), "deployer-b", lanes=lanes
+        )
+        try:
+            root = parent.root("planner", f"client-{lanes}")
+            grant = parent.open_grant(root, "deployer-b")
+            path = child.accept(root, grant, lane_mesh.daemons["deployer-a"].address, "researcher")
+            assert path.envelopes[:1] == root.envelopes
+            assert lanes_open(lane_mesh, "deployer-b", "runtime") == (1 if lanes else 0)
+            again = child.accept(root, grant, lane_mesh.daemons["deployer-a"].address, "researcher")
+            assert again == path  # asked again under the same grant: the same record
+            for_c = parent.open_grant(root, "deployer-c")
+            with pytest.raises(ServiceError) as raised:  # a grant for another child: refused, typed
+                child.accept(root, for_c, lane_mesh.daemons["deployer-a"].address, "wrong")
+            assert raised.value.code == "PARENT_REFUSED"
+            assert raised.value.details.get("parent_code") == "GRANT_WRONG_CHILD"
+        finally:
+            parent.close()
+            child.close()

@@ -1,16 +1,16 @@
-"""Co-signing lanes: long-lived ``CoSignEdges`` streams from a child's signer to a parent's signer.
+"""Lanes: long-lived bidirectional streams that carry one call at a time, instead of unary calls.
 
-A unary call pays for a new HTTP/2 stream, its headers and a handler dispatch on every edge; a
-message on an open stream pays for none of that (on a 2-vCPU machine about half the round trip;
-docs/benchmarks.md). A lane carries one edge at a time, so answers need no matching and the
-parent's handler decides each edge on the lane's own thread. Up to ``size`` lanes per parent run
-side by side; a delegation that finds them all busy waits for one within its deadline.
+A unary call pays for a new HTTP/2 stream, its headers and a handler dispatch every time; a message
+on an open stream pays for none of that (on a 2-vCPU machine about half the round trip; ADR 0008).
+A lane carries one call at a time, so answers need no matching and the server decides each call on
+the lane's own handler thread. Up to ``size`` lanes to one server run side by side; a call that finds
+them all busy waits for one within its deadline. Two kinds use them: a child's signer sends edges to
+a parent's signer (``CoSignEdges``), a runtime sends its calls to its own signer (``RuntimeCalls``).
 
-Failure keeps the unary semantics: a refusal ends the lane with the parent's typed status; a lane
-that does not answer within the deadline is cancelled (the parent sees the cancellation before it
-spends the grant, or the retry under the same grant recovers the answer); either way the lane is
-dropped and the next edge opens a new one. Lanes idle for ``idle_s`` are closed, so an idle peer
-holds no thread of the parent's server and a stopping parent is not held for its grace period.
+Failure keeps the unary semantics: a refusal ends the lane with the server's typed status; a lane
+that does not answer within the deadline is cancelled (the server sees the cancellation as it would
+a unary call's); either way the lane is dropped and the next call opens a new one. Lanes idle for
+``idle_s`` are closed, so an idle client holds no server thread.
 """
 
 from __future__ import annotations
@@ -18,29 +18,33 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 import grpc
 
-from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.service.errors import ServiceError, from_rpc_error
 
-_CLOSE = object()  # ends a lane's request stream (a half-close: the parent ends the lane with OK)
-_ENDED = object()  # the parent ended the lane
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+OpenStream = Callable[[Iterator[Any]], Any]  # a stub's stream-stream method: requests -> call
+
+_CLOSE = object()  # ends a lane's request stream (a half-close: the server ends the lane with OK)
+_ENDED = object()  # the server ended the lane
 
 
 class _Lane:
-    def __init__(self, stub: signer_pb2_grpc.SignerStub) -> None:
+    def __init__(self, open_stream: OpenStream) -> None:
         self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._call = stub.CoSignEdges(self._outgoing())
+        self._call = open_stream(self._outgoing())
         self.ended = False
         self.idle_since = time.monotonic()
-        threading.Thread(target=self._read, name="countersign-cosign-lane", daemon=True).start()
+        threading.Thread(target=self._read, name="countersign-lane", daemon=True).start()
 
-    def _outgoing(self) -> Iterator[signer_pb2.CoSignEdgeRequest]:
+    def _outgoing(self) -> Iterator[object]:
         while (request := self._requests.get()) is not _CLOSE:
-            assert isinstance(request, signer_pb2.CoSignEdgeRequest)
             yield request
 
     def _read(self) -> None:
@@ -53,7 +57,7 @@ class _Lane:
         finally:
             self.ended = True
 
-    def ask(self, request: signer_pb2.CoSignEdgeRequest, timeout_s: float) -> signer_pb2.CoSignEdgeResponse:
+    def ask(self, request: object, timeout_s: float) -> object:
         self._requests.put(request)
         try:
             answer = self._answers.get(timeout=max(timeout_s, 0.0))
@@ -66,10 +70,9 @@ class _Lane:
             error = from_rpc_error(answer)
             if error.code != "CANCELLED":
                 raise error
-            answer = _ENDED  # not by us: the parent ended the lane (it is shutting down)
+            answer = _ENDED  # not by us: the server ended the lane (it is shutting down)
         if answer is _ENDED:
-            raise ServiceError("UNAVAILABLE", "the parent closed the lane", grpc.StatusCode.UNAVAILABLE, retryable=True)
-        assert isinstance(answer, signer_pb2.CoSignEdgeResponse)
+            raise ServiceError("UNAVAILABLE", "the server closed the lane", grpc.StatusCode.UNAVAILABLE, retryable=True)
         return answer
 
     def close(self) -> None:
@@ -81,19 +84,21 @@ class _Lane:
         self._requests.put(_CLOSE)  # frees gRPC's thread that sends from ``_outgoing``
 
 
-class CoSignLanes:
-    """Up to ``size`` lanes to one parent signer over one channel."""
+class Lanes(Generic[Request, Answer]):
+    """Up to ``size`` lanes to one server, opened with ``open_stream`` (on one channel). Lanes idle
+    for ``idle_s`` are closed by a reaper thread shared by every pool in the process."""
 
-    def __init__(self, stub: signer_pb2_grpc.SignerStub, size: int, idle_s: float) -> None:
-        self._stub = stub
+    def __init__(self, open_stream: OpenStream, size: int, idle_s: float) -> None:
+        self._open_stream = open_stream
         self._size = size
         self._idle_s = idle_s
         self._free: list[_Lane] = []
         self._open = 0
         self._changed = threading.Condition()
+        _reaper.watch(self)
 
-    def ask(self, request: signer_pb2.CoSignEdgeRequest, timeout_s: float) -> signer_pb2.CoSignEdgeResponse:
-        """The parent's answer to one edge; raises :class:`ServiceError` as a unary call would."""
+    def ask(self, request: Request, timeout_s: float) -> Answer:
+        """The server's answer to one call; raises :class:`ServiceError` as a unary call would."""
         deadline = time.monotonic() + timeout_s
         lane = self._take(deadline)
         try:
@@ -102,7 +107,7 @@ class CoSignLanes:
             self._drop(lane)
             raise
         self._give_back(lane)
-        return answer
+        return answer  # type: ignore[return-value]
 
     def _take(self, deadline: float) -> _Lane:
         with self._changed:
@@ -111,18 +116,18 @@ class CoSignLanes:
                     lane = self._free.pop()
                     if not lane.ended:
                         return lane
-                    self._open -= 1  # ended while idle (the parent restarted): open another
+                    self._open -= 1  # ended while idle (the server restarted): open another
                 if self._open < self._size:
                     self._open += 1
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._changed.wait(remaining):
                     raise ServiceError(
-                        "DEADLINE_EXCEEDED", f"all {self._size} co-signing lanes stayed busy",
+                        "DEADLINE_EXCEEDED", f"all {self._size} lanes stayed busy",
                         grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True,
                     )  # fmt: skip
         try:
-            return _Lane(self._stub)
+            return _Lane(self._open_stream)
         except BaseException:
             self._release_slot()
             raise
@@ -159,3 +164,32 @@ class CoSignLanes:
             self._open -= len(lanes)
         for lane in lanes:
             lane.cancel()
+
+
+class _Reaper:
+    """One thread that closes idle lanes of every live pool (pools are held weakly)."""
+
+    INTERVAL_S = 0.1
+
+    def __init__(self) -> None:
+        self._pools: weakref.WeakSet[Lanes[Any, Any]] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pool: Lanes[Any, Any]) -> None:
+        with self._lock:
+            self._pools.add(pool)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="countersign-lane-reaper", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.INTERVAL_S)
+            with self._lock:
+                pools = list(self._pools)
+            for pool in pools:
+                pool.close_idle()
+
+
+_reaper = _Reaper()
