@@ -9,7 +9,6 @@ leaving no record behind.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import json
@@ -17,7 +16,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Generic, TypeVar
 
@@ -55,7 +54,7 @@ from countersign.service.config import (
     validate_follower,
 )
 from countersign.service.errors import ServiceError, servicer_edge, stream_edge
-from countersign.service.lanes import Lanes
+from countersign.service.lanes import Lanes, LaneSlots
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
 from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
@@ -134,8 +133,6 @@ class SignerMetrics:
 
 K = TypeVar("K")
 V = TypeVar("V")
-Request = TypeVar("Request")
-Answer = TypeVar("Answer")
 CoSignLanes = Lanes[signer_pb2.CoSignEdgeRequest, signer_pb2.CoSignEdgeResponse]
 
 
@@ -194,10 +191,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._peers_lock = threading.Lock()
         self._parsed: Bounded[bytes, Path] = Bounded(PARSED_PATH_CACHE)
         self._own_parents: Bounded[bytes, tuple[Path, str]] = Bounded(PARSED_PATH_CACHE)
-        self._lanes_from: collections.Counter[str] = collections.Counter()  # open lanes per peer, as parent
-        self._lanes: dict[grpc.ServicerContext, bool] = {}  # open lanes, as parent: busy deciding an edge?
-        self._lanes_lock = threading.Lock()
-        self._stopping = False
+        self._lane_slots = LaneSlots(config.lanes_per_peer, metrics.lanes)
 
     def _peer(self, address: str, deployer: str) -> CoSignLanes:
         """Co-signing lanes on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
@@ -577,7 +571,9 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         Lanes are counted per peer deployer (another operator's signer may open many connections)."""
         identity = None if self._config.tls.insecure_loopback else peer_identity(context)
         peer = identity.deployer if identity is not None and identity.deployer else str(context.peer())
-        yield from self._serve_lane("cosign", peer, requests, context, lambda edge: self._cosign_edge(edge, context))
+        yield from self._lane_slots.serve(
+            "cosign", peer, requests, context, lambda edge: self._cosign_edge(edge, context)
+        )
 
     @stream_edge
     def RuntimeCalls(
@@ -586,7 +582,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         """A runtime lane: each call answered as its unary form would, in order; a refusal ends the lane.
         Lanes are counted per connection: a deployer may run many runtime processes under one identity."""
         self._require_runtime(context)
-        yield from self._serve_lane(
+        yield from self._lane_slots.serve(
             "runtime", str(context.peer()), calls, context, lambda c: self._runtime_call(c, context)
         )
 
@@ -604,54 +600,11 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             return signer_pb2.RuntimeAnswer(issued=self.AcceptDelegation(call.accept_delegation, context))
         raise _refuse("INVALID_ARGUMENT", "a runtime call must name one call", INVALID)
 
-    def _serve_lane(
-        self,
-        kind: str,
-        peer: str,
-        requests: Iterator[Request],
-        context: grpc.ServicerContext,
-        decide: Callable[[Request], Answer],
-    ) -> Iterator[Answer]:
-        """Answer ``requests`` one at a time on this lane, holding one of ``peer``'s lane slots."""
-        key = f"{kind}:{peer}"
-        with self._lanes_lock:
-            if self._lanes_from[key] >= self._config.lanes_per_peer:
-                raise _refuse(
-                    "LANES_EXHAUSTED", f"{peer} already has {self._config.lanes_per_peer} {kind} lanes open",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
-                )  # fmt: skip
-            self._lanes_from[key] += 1
-            self._lanes[context] = False
-        gauge = self._metrics.lanes.labels(kind)
-        gauge.inc()
-        try:
-            for request in requests:
-                with self._lanes_lock:
-                    self._lanes[context] = True
-                answer = decide(request)
-                with self._lanes_lock:
-                    self._lanes[context] = False
-                    stopping = self._stopping
-                yield answer
-                if stopping:  # shutting down: the call in flight was answered; end the lane
-                    return
-        finally:
-            with self._lanes_lock:
-                del self._lanes[context]
-                self._lanes_from[key] -= 1
-                if not self._lanes_from[key]:
-                    del self._lanes_from[key]
-            gauge.dec()
-
     def stopping(self) -> None:
-        """Shutdown has begun: end the idle lanes now (a busy one ends once its edge is answered), so
-        peers' lanes do not hold the server for its grace period. Their signers open new lanes to
-        wherever this deployer's signer comes back."""
-        with self._lanes_lock:
-            self._stopping = True
-            idle = [context for context, busy in self._lanes.items() if not busy]
-        for context in idle:
-            context.cancel()
+        """Shutdown has begun: end the idle lanes now (a busy one ends once its call is answered), so
+        lanes do not hold the server for its grace period. Peers open new lanes to wherever this
+        deployer's signer comes back."""
+        self._lane_slots.stop()
 
     def _cosign_edge(
         self, request: signer_pb2.CoSignEdgeRequest, context: grpc.ServicerContext

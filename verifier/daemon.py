@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 import prometheus_client
@@ -20,7 +20,8 @@ from countersign.errors import CountersignError, MalformedError, StateUnavailabl
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.service.config import ConfigError, TlsConfig, parse_operator_key, validate_daemon, validate_follower
-from countersign.service.errors import ServiceError, servicer_edge
+from countersign.service.errors import ServiceError, servicer_edge, stream_edge
+from countersign.service.lanes import LaneSlots
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import peer_identity
 from countersign.state import VerifierState
@@ -47,6 +48,10 @@ class VerifierConfig:
     collect_interval_ms: int = 60_000
     ready_file: str = ""
     log_level: str = "info"
+    # Each open verification lane holds a handler thread: at most lanes_per_client per client
+    # connection and max_lanes in all, and the server gets max_lanes threads on top of max_workers.
+    lanes_per_client: int = 4
+    max_lanes: int = 64
     max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
@@ -56,6 +61,10 @@ class VerifierConfig:
         validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)
         if self.staleness_ms < 1:
             raise ConfigError("staleness_ms must be positive")
+        if not 1 <= self.lanes_per_client <= self.max_lanes:
+            raise ConfigError("lanes_per_client must be between 1 and max_lanes")
+        if not 1 <= self.max_lanes <= 1024:
+            raise ConfigError("max_lanes must be between 1 and 1024")
 
     @property
     def policy(self) -> VerifierPolicy:
@@ -77,6 +86,9 @@ class VerifierMetrics:
             "countersign_verify_seconds", "VerifyPath latency inside the service", ["mode"], registry=registry,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
         )  # fmt: skip
+        self.lanes = prometheus_client.Gauge(
+            "countersign_lanes_open", "Verification lanes open to this verifier", ["kind"], registry=registry
+        )
         follower.register_gauges(registry)
         self.store_entries = prometheus_client.Gauge(
             "countersign_store_entries", "Consumed nonces and child-set entries held", registry=registry
@@ -101,15 +113,39 @@ def verdict_message(result: VerificationResult) -> common_pb2.Verdict:
 
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
-        self, state: VerifierState, follower: RegistryFollower, policy: VerifierPolicy, metrics: VerifierMetrics
+        self,
+        state: VerifierState,
+        follower: RegistryFollower,
+        policy: VerifierPolicy,
+        metrics: VerifierMetrics,
+        lanes_per_client: int = 4,
+        max_lanes: int = 64,
     ) -> None:
         self._state = state
         self._follower = follower
         self._policy = policy
         self._metrics = metrics
+        self._lane_slots = LaneSlots(lanes_per_client, metrics.lanes, total=max_lanes)
 
     @servicer_edge
     def VerifyPath(
+        self, request: verifier_pb2.VerifyPathRequest, context: grpc.ServicerContext
+    ) -> verifier_pb2.VerifyPathResponse:
+        return self._verify(request, context)
+
+    @stream_edge
+    def VerifyPaths(
+        self, requests: Iterator[verifier_pb2.VerifyPathRequest], context: grpc.ServicerContext
+    ) -> Iterator[verifier_pb2.VerifyPathResponse]:
+        """A verification lane: each path answered as by VerifyPath, in order; an error ends the lane.
+        Lanes are counted per connection, and in all (each holds a handler thread)."""
+        peer = str(context.peer())
+        yield from self._lane_slots.serve("verify", peer, requests, context, lambda r: self._verify(r, context))
+
+    def stopping(self) -> None:
+        self._lane_slots.stop()
+
+    def _verify(
         self, request: verifier_pb2.VerifyPathRequest, context: grpc.ServicerContext
     ) -> verifier_pb2.VerifyPathResponse:
         started = time.perf_counter()
@@ -178,13 +214,18 @@ class VerifierDaemon:
         self.metrics = VerifierMetrics(self.metrics_registry, self.follower)
         # Counted when Prometheus scrapes, not on every collection round (a full scan on DynamoDB).
         self.metrics.store_entries.set_function(self._entry_count)
-        self.service = VerifierService(self.state, self.follower, config.policy, self.metrics)
+        self.service = VerifierService(
+            self.state, self.follower, config.policy, self.metrics, config.lanes_per_client, config.max_lanes
+        )
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
 
     def register(self, server: grpc.Server) -> Sequence[str]:
         verifier_pb2_grpc.add_VerifierServicer_to_server(self.service, server)
         return [verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name]
+
+    def stopping(self) -> None:
+        self.service.stopping()
 
     def start(self) -> None:
         self.follower.start()

@@ -120,7 +120,7 @@ def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from countersign.service.server import run_daemon
+    from countersign.service.server import run_daemon, worker_count
 
     daemon: Any
     try:
@@ -148,7 +148,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             metrics_registry=daemon.metrics_registry,
             ready_file=config.ready_file,
             log_level=config.log_level,
-            max_workers=getattr(config, "max_workers", 0),
+            # Threads for calls, plus one per lane a verifier may hold open (each holds its thread).
+            max_workers=worker_count(getattr(config, "max_workers", 0)) + getattr(config, "max_lanes", 0),
         )
     except (ConfigError, SignerError) as exc:
         raise UsageError(f"bad configuration: {exc}") from None

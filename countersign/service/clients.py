@@ -121,12 +121,20 @@ class OperatorClient:
 
 @dataclass
 class VerifierClient:
+    """A consumer of the verifier service: over up to ``lanes`` verification lanes (``VerifyPaths``
+    streams, ADR 0008), or with ``lanes=0`` one unary ``VerifyPath`` call per path."""
+
     address: str
     tls: TlsConfig
+    lanes: int = 4
+    lane_idle_s: float = 1.0
 
     def __post_init__(self) -> None:
         self._channel = open_channel(self.address, self.tls, verifier_dns())
         self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
+        self._lanes: Lanes[verifier_pb2.VerifyPathRequest, verifier_pb2.VerifyPathResponse] | None = (
+            Lanes(self._stub.VerifyPaths, self.lanes, self.lane_idle_s) if self.lanes > 0 else None
+        )
 
     def verify(
         self, path: bytes, output: bytes, *, audit: bool = False, timeout_s: float = 10.0, request_id: str = ""
@@ -136,10 +144,13 @@ class VerifierClient:
         ``request_id``: an idempotency key for retrying an accept-mode request (proto docs)."""
         mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
         request = verifier_pb2.VerifyPathRequest(path=path, output=output, mode=mode, request_id=request_id)
-        try:
-            response = self._stub.VerifyPath(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        if self._lanes is not None:
+            response = self._lanes.ask(request, timeout_s)
+        else:
+            try:
+                response = self._stub.VerifyPath(request, timeout=timeout_s)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
         verdict = response.verdict
         if verdict.verdict == verdict.ACCEPT:
             return VerificationResult.accept(), response.registry_sequence
@@ -151,6 +162,8 @@ class VerifierClient:
         )
 
     def close(self) -> None:
+        if self._lanes is not None:
+            self._lanes.close()
         self._channel.close()
 
 

@@ -93,6 +93,7 @@ class LocalMesh:
     heartbeat_ms: int = 1_000
     cosign_timeout_ms: int = 2_000
     signer_options: Mapping[str, Any] = field(default_factory=dict)  # more signer settings, for every signer
+    verifier_options: Mapping[str, Any] = field(default_factory=dict)  # more verifier settings, for every verifier
     launcher: Callable[[str, list[str]], list[str]] = field(default=lambda name, argv: argv)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     daemons: dict[str, Daemon] = field(default_factory=dict, init=False)
@@ -152,6 +153,7 @@ class LocalMesh:
                     "registry_cache": str(self.workdir / "state" / f"verifier-{index}-registry.json"),
                     "staleness_ms": self.staleness_ms,
                     "heartbeat_ms": self.heartbeat_ms,
+                    **self.verifier_options,
                 },
             )
         return self

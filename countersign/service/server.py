@@ -74,7 +74,7 @@ def _refusing(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable
 def _checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
     for request in requests:
         if isinstance(request, _Undecodable):
-            error = f"a message on the stream is not valid: {request.error}"
+            error = f"a message on the stream is not a valid message: {request.error}"
             abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
         yield request
 

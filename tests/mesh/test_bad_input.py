@@ -37,6 +37,7 @@ class Rpc:
     method: str
     streaming: bool = False
     bad_utf8: bytes | None = None  # a request with invalid UTF-8 in one of its string fields
+    lane: bool = False  # a stream of requests (a lane): the request is sent as its first message
 
 
 RPCS = {
@@ -62,6 +63,17 @@ RPCS = {
     "CoSignEdge": Rpc(
         "deployer-a", "deployer-b-signer", "/countersign.v1.Signer/CoSignEdge", False, b"\x0a\x02\xff\xfe"
     ),
+    "CoSignEdges": Rpc(
+        "deployer-a", "deployer-b-signer", "/countersign.v1.Signer/CoSignEdges", bad_utf8=b"\x0a\x02\xff\xfe", lane=True
+    ),
+    "RuntimeCalls": Rpc(
+        "deployer-a",
+        "deployer-a-runtime",
+        "/countersign.v1.Signer/RuntimeCalls",
+        bad_utf8=b"\x0a\x06\x0a\x04\x0a\x02\xff\xfe",
+        lane=True,
+    ),
+    "VerifyPaths": Rpc("verifier-0", "client", "/countersign.v1.Verifier/VerifyPaths", lane=True),
     "Health.coordinator": Rpc("coordinator", "client", "/grpc.health.v1.Health/Check", False, b"\x0a\x02\xff\xfe"),
     "Health.signer": Rpc("deployer-a", "client", "/grpc.health.v1.Health/Check", False, b"\x0a\x02\xff\xfe"),
     "Health.verifier": Rpc("verifier-0", "client", "/grpc.health.v1.Health/Check", False, b"\x0a\x02\xff\xfe"),
@@ -85,6 +97,12 @@ class Raw:
     def call(self, rpc: Rpc, request: bytes, *, channel: grpc.Channel | None = None) -> bytes:
         """The raw response (for a stream: its first message)."""
         channel = channel or self.channel(rpc.daemon, rpc.identity)
+        if rpc.lane:
+            answers = channel.stream_stream(rpc.method)(iter([request]), timeout=10)
+            try:
+                return next(iter(answers))  # type: ignore[no-any-return]
+            finally:
+                answers.cancel()
         if rpc.streaming:
             stream = channel.unary_stream(rpc.method)(request, timeout=10)
             try:

@@ -13,15 +13,27 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from countersign._proto.v1 import signer_pb2
+from countersign._proto.v1 import common_pb2, signer_pb2, verifier_pb2
 from countersign.constructions import EdgeProposal, verify_cosignature
 from countersign.keys import PublicKey
+from countersign.reasons import Reason
 from countersign.records import CoSignature, CoSignerRole, NodeRecord, Path, parse_json
-from countersign.service.clients import SignerClient
+from countersign.service.clients import SignerClient, VerifierClient
 from countersign.service.errors import ServiceError, from_rpc_error
 from countersign.service.localmesh import LocalMesh
-from tests.mesh.helpers import channel_to, delegate, grant_row, hand_built_edge, poll, scrape, signer_stub
+from tests.mesh.helpers import (
+    channel_to,
+    delegate,
+    grant_row,
+    hand_built_edge,
+    poll,
+    scrape,
+    signer_stub,
+    verifier_stub,
+)
 
 pytestmark = pytest.mark.daemons
 LANES = 2  # the mesh below allows two lanes per peer
@@ -53,7 +65,11 @@ class Lane:
 def lane_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
     from tests.mesh.conftest import start_mesh
 
-    mesh = start_mesh(tmp_path_factory.mktemp("lanes"), signer_options={"lanes_per_peer": LANES})
+    mesh = start_mesh(
+        tmp_path_factory.mktemp("lanes"),
+        signer_options={"lanes_per_peer": LANES},
+        verifier_options={"lanes_per_client": LANES},
+    )
     yield mesh
     mesh.stop_all()
 
@@ -374,3 +390,127 @@ def test_the_runtime_client_uses_lanes_by_default_and_unary_calls_on_request(lan
         finally:
             parent.close()
             child.close()
+
+
+# --- verification lanes -----------------------------------------------------------------------
+
+
+class VerifyLane:
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._requests: queue.SimpleQueue[verifier_pb2.VerifyPathRequest | None] = queue.SimpleQueue()
+        self.call = verifier_stub(channel).VerifyPaths(iter(self._requests.get, None), timeout=30)
+
+    def verdict(self, path: Path, output: bytes, *, audit: bool = False) -> tuple[int, str]:
+        mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
+        self._requests.put(verifier_pb2.VerifyPathRequest(path=path.to_bytes(), output=output, mode=mode))
+        answer = next(self.call).verdict
+        return answer.verdict, answer.reason
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
+ACCEPT, REJECT = common_pb2.Verdict.ACCEPT, common_pb2.Verdict.REJECT
+
+
+def emitted(mesh: LocalMesh, runtime: SignerClient, name: str) -> tuple[Path, bytes]:
+    from tests.mesh.helpers import sha256
+
+    root = runtime.root("planner", name, max_children=4)
+    child = delegate(mesh, root, "deployer-b", "researcher")
+    output = f"output of {name}\n".encode()
+    researcher = mesh.runtime("deployer-b")
+    try:
+        return researcher.receipt(child, sha256(output)), output
+    finally:
+        researcher.close()
+
+
+def test_a_verification_lane_answers_verdicts_in_order_and_keeps_going_after_a_reject(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    path, output = emitted(lane_mesh, runtime_a, "verify-lane")
+    channel = channel_to(lane_mesh, "verifier-0", "client")
+    lane = VerifyLane(channel)
+    try:
+        assert lane.verdict(path, output, audit=True) == (ACCEPT, "")  # audit consumes nothing
+        assert lane.verdict(path, b"substituted output\n") == (REJECT, "OUTPUT_MISMATCH")
+        assert lane.verdict(path, output) == (ACCEPT, "")
+        assert lane.verdict(path, output) == (REJECT, "NONCE_REPLAYED")
+        assert lane.verdict(path, output, audit=True) == (ACCEPT, "")
+    finally:
+        lane.close()
+        channel.close()
+
+
+@pytest.fixture(scope="module")
+def verifier_clients(lane_mesh: LocalMesh) -> Iterator[tuple[VerifierClient, VerifierClient]]:
+    address, tls = lane_mesh.daemons["verifier-0"].address, lane_mesh.tls_for("client")
+    on_lanes, unary = VerifierClient(address, tls), VerifierClient(address, tls, lanes=0)
+    yield on_lanes, unary
+    on_lanes.close()
+    unary.close()
+
+
+@pytest.fixture(scope="module")
+def presented(lane_mesh: LocalMesh) -> tuple[Path, bytes]:
+    runtime = lane_mesh.runtime("deployer-a")
+    try:
+        return emitted(lane_mesh, runtime, "verify-same")
+    finally:
+        runtime.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(position=st.integers(min_value=0), value=st.integers(min_value=0, max_value=255), in_output=st.booleans())
+def test_a_lane_gives_the_verdict_a_unary_call_gives_for_any_byte_change(
+    verifier_clients: tuple[VerifierClient, VerifierClient],
+    presented: tuple[Path, bytes],
+    position: int,
+    value: int,
+    in_output: bool,
+) -> None:
+    on_lanes, unary = verifier_clients
+    path, output = presented
+    data, out = bytearray(path.to_bytes()), bytearray(output)
+    target = out if in_output else data
+    target[position % len(target)] = value
+    laned = on_lanes.verify(bytes(data), bytes(out), audit=True)[0]
+    called = unary.verify(bytes(data), bytes(out), audit=True)[0]
+    assert (laned.verdict, laned.reason, laned.index) == (called.verdict, called.reason, called.index)
+
+
+def test_a_verifier_client_lane_accepts_once_and_a_bad_request_ends_only_its_lane(
+    lane_mesh: LocalMesh, verifier_clients: tuple[VerifierClient, VerifierClient], runtime_a: SignerClient
+) -> None:
+    on_lanes, unary = verifier_clients
+    path, output = emitted(lane_mesh, runtime_a, "verify-once")
+    data = path.to_bytes()
+    assert on_lanes.verify(data, output)[0]  # accepted on a lane; the unary call then sees the replay
+    assert unary.verify(data, output)[0].reason is Reason.NONCE_REPLAYED
+    assert lanes_open(lane_mesh, "verifier-0", "verify") >= 1
+    with pytest.raises(ServiceError) as raised:  # over 16 MiB of output: refused, typed; the lane ends
+        on_lanes.verify(data, b"o" * (17 << 20))
+    assert raised.value.code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")
+    assert on_lanes.verify(data, output, audit=True)[0]  # the next call opens a new lane
+
+
+def test_a_verifier_connection_holds_at_most_lanes_per_client_lanes(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    path, output = emitted(lane_mesh, runtime_a, "verify-cap")
+    channel = channel_to(lane_mesh, "verifier-0", "client")
+    held = [VerifyLane(channel) for _ in range(LANES)]
+    try:
+        for lane in held:
+            assert lane.verdict(path, output, audit=True) == (ACCEPT, "")
+        extra = VerifyLane(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            extra.verdict(path, output, audit=True)
+        error = from_rpc_error(raised.value)
+        assert (error.code, error.status) == ("LANES_EXHAUSTED", grpc.StatusCode.RESOURCE_EXHAUSTED)
+    finally:
+        for lane in held:
+            lane.close()
+        channel.close()

@@ -1,4 +1,5 @@
-"""The child side's co-signing lanes (signer/lanes.py) against an in-process gRPC parent.
+"""Lanes (countersign/service/lanes.py): the client pool against an in-process gRPC server, and the
+server side's slots.
 
 The parent here is a scripted ``CoSignEdges`` servicer (not a signer): it answers each edge with its
 grant id, refuses, stalls or ends the lane as the grant id says, and records how many lanes are open
@@ -9,15 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import prometheus_client
 import pytest
 
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.service.errors import ServiceError, abort
-from countersign.service.lanes import Lanes
+from countersign.service.lanes import Lanes, LaneSlots
 
 
 class ScriptedParent(signer_pb2_grpc.SignerServicer):
@@ -166,3 +168,89 @@ def test_idle_lanes_are_closed(parent: tuple[ScriptedParent, grpc.Channel]) -> N
     assert servicer.open == 0
     assert lanes.ask(edge("again"), 10).parent_cosignature == "again"
     lanes.close()
+
+
+# --- the server side: LaneSlots ---------------------------------------------------------------
+
+
+class FakeContext:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def slots(per_key: int, total: int | None) -> LaneSlots:
+    gauge = prometheus_client.Gauge("lanes_open", "test", ["kind"], registry=prometheus_client.CollectorRegistry())
+    return LaneSlots(per_key, gauge, total=total)
+
+
+def open_lane(lanes: LaneSlots, key: str, requests: Iterator[int]) -> tuple[Iterator[int], FakeContext]:
+    context = FakeContext()
+    answers = lanes.serve("test", key, requests, context, lambda n: n * 10)  # type: ignore[arg-type]
+    return answers, context
+
+
+def test_lane_slots_cap_each_key_and_the_total() -> None:
+    lanes = slots(per_key=2, total=3)
+    a1, _ = open_lane(lanes, "a", iter([1, 2]))
+    a2, _ = open_lane(lanes, "a", iter([3]))
+    assert next(a1) == 10 and next(a2) == 30  # a lane takes its slot when it starts
+    a3, _ = open_lane(lanes, "a", iter([4]))
+    with pytest.raises(ServiceError) as raised:
+        next(a3)
+    assert (raised.value.code, raised.value.status, raised.value.retryable) == (
+        "LANES_EXHAUSTED",
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        True,
+    )
+    b1, _ = open_lane(lanes, "b", iter([5]))
+    assert next(b1) == 50  # another key, within the total
+    b2, _ = open_lane(lanes, "b", iter([6]))
+    with pytest.raises(ServiceError, match="this server already has 3 lanes open"):
+        next(b2)
+    assert list(a2) == []  # a2's requests end: its slot is free again
+    b3, _ = open_lane(lanes, "b", iter([7]))
+    assert next(b3) == 70
+
+
+def test_stopping_cancels_idle_lanes_and_ends_a_busy_one_after_its_answer() -> None:
+    lanes = slots(per_key=4, total=None)
+    release = threading.Event()
+
+    def requests(first: int) -> Iterator[int]:
+        yield first
+        release.wait(5)  # the lane waits for its next call here (idle), until the test lets it go
+        yield first + 1
+
+    deciding = threading.Event()
+
+    def slow(n: int) -> int:
+        deciding.set()
+        release.wait(5)
+        return n * 10
+
+    def run(decide: Callable[[int], int], first: int) -> tuple[FakeContext, list[int], threading.Thread]:
+        context, answers = FakeContext(), []
+        lane = lanes.serve("test", "k", requests(first), context, decide)  # type: ignore[arg-type]
+        thread = threading.Thread(target=lambda: answers.extend(lane))  # as gRPC drains a handler
+        thread.start()
+        return context, answers, thread
+
+    idle_context, idle_answers, idle_thread = run(lambda n: n * 10, 1)
+    deadline = time.monotonic() + 5
+    while not idle_answers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    busy_context, busy_answers, busy_thread = run(slow, 5)
+    assert deciding.wait(5)
+    time.sleep(0.05)  # the idle lane is back waiting for its next call
+    lanes.stop()
+    assert idle_context.cancelled and not busy_context.cancelled
+    with pytest.raises(ServiceError) as raised:  # no new lane while stopping
+        next(lanes.serve("test", "other", iter([1]), FakeContext(), lambda n: n))  # type: ignore[arg-type]
+    assert (raised.value.code, raised.value.retryable) == ("UNAVAILABLE", True)
+    release.set()
+    busy_thread.join(5)
+    idle_thread.join(5)
+    assert busy_answers == [50]  # the call in flight was answered, then the lane ended

@@ -40,6 +40,11 @@ class VerifierStub:
                 request_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
                 _registered_method=True)
+        self.VerifyPaths = channel.stream_stream(
+                '/countersign.v1.Verifier/VerifyPaths',
+                request_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
+                _registered_method=True)
 
 
 class VerifierServicer:
@@ -51,11 +56,25 @@ class VerifierServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyPaths(self, request_iterator, context):
+        """The same verification over a long-lived stream (a verification lane): paths one at a time, each
+        answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
+        not an error). An error ends the stream with the status VerifyPath would return.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VerifierServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'VerifyPath': grpc.unary_unary_rpc_method_handler(
                     servicer.VerifyPath,
+                    request_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.SerializeToString,
+            ),
+            'VerifyPaths': grpc.stream_stream_rpc_method_handler(
+                    servicer.VerifyPaths,
                     request_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.SerializeToString,
             ),
@@ -85,6 +104,33 @@ class Verifier:
             request,
             target,
             '/countersign.v1.Verifier/VerifyPath',
+            countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
+            countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyPaths(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/countersign.v1.Verifier/VerifyPaths',
             countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
             countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
             options,

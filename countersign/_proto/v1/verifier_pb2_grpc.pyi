@@ -33,11 +33,21 @@ class VerifierStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> VerifierAsyncStub: ...
     VerifyPath: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.VerifyPathRequest, _verifier_pb2.VerifyPathResponse]
+    VerifyPaths: _grpc.StreamStreamMultiCallable[_verifier_pb2.VerifyPathRequest, _verifier_pb2.VerifyPathResponse]
+    """The same verification over a long-lived stream (a verification lane): paths one at a time, each
+    answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
+    not an error). An error ends the stream with the status VerifyPath would return.
+    """
 
 @_typing.type_check_only
 class VerifierAsyncStub(VerifierStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     VerifyPath: _aio.UnaryUnaryMultiCallable[_verifier_pb2.VerifyPathRequest, _verifier_pb2.VerifyPathResponse]  # type: ignore[assignment]
+    VerifyPaths: _aio.StreamStreamMultiCallable[_verifier_pb2.VerifyPathRequest, _verifier_pb2.VerifyPathResponse]  # type: ignore[assignment]
+    """The same verification over a long-lived stream (a verification lane): paths one at a time, each
+    answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
+    not an error). An error ends the stream with the status VerifyPath would return.
+    """
 
 class VerifierServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -46,5 +56,16 @@ class VerifierServicer(metaclass=_abc_1.ABCMeta):
         request: _verifier_pb2.VerifyPathRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_verifier_pb2.VerifyPathResponse, _abc.Awaitable[_verifier_pb2.VerifyPathResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def VerifyPaths(
+        self,
+        request_iterator: _MaybeAsyncIterator[_verifier_pb2.VerifyPathRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_verifier_pb2.VerifyPathResponse], _abc.AsyncIterator[_verifier_pb2.VerifyPathResponse]]:
+        """The same verification over a long-lived stream (a verification lane): paths one at a time, each
+        answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
+        not an error). An error ends the stream with the status VerifyPath would return.
+        """
 
 def add_VerifierServicer_to_server(servicer: VerifierServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
