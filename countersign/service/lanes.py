@@ -245,10 +245,8 @@ class LaneSlots:
                 with self._lock:
                     self._busy[context] = True
                 yield decide(request)  # resumed once gRPC has sent the answer
-                with self._lock:
-                    self._busy[context] = False
-                    if self._stopping:  # shutting down: the call in flight was answered; end the lane
-                        return
+                if self._idle_again(context):  # shutting down: the call in flight was answered; end the lane
+                    return
         finally:
             with self._lock:
                 del self._busy[context]
@@ -256,6 +254,12 @@ class LaneSlots:
                 if not self._open[slot]:
                     del self._open[slot]
             gauge.dec()
+
+    def _idle_again(self, context: grpc.ServicerContext) -> bool:
+        """Mark the lane idle; True when the server is stopping (the lane should end)."""
+        with self._lock:
+            self._busy[context] = False
+            return self._stopping
 
     def stop(self) -> None:
         with self._lock:
