@@ -291,11 +291,15 @@ def run_profile(
     postgres_url: str,
     log: Callable[[str], None],
     calibrate_delay: bool = True,
+    signature_threads: int = 1,
 ) -> ProfileResult:
     result = ProfileResult(name)
     workdir = Path(tempfile.mkdtemp(prefix="zones-measure-", dir=base_dir))
+    options = {"signature_threads": signature_threads}
     try:
-        with ZoneMesh(workdir, delay_ms=delay_ms, delay_mode=delay_mode, postgres_url=postgres_url) as zoned:
+        with ZoneMesh(
+            workdir, delay_ms=delay_ms, delay_mode=delay_mode, postgres_url=postgres_url, verifier_options=options
+        ) as zoned:
             log(f"[{name}] zones up ({zoned.delay_mode}); calibrating")
             result.configured_delay_ms = calibrate(zoned, delay_ms, log) if calibrate_delay else delay_ms
             result.rtt_direct_ms = echo_rtt(zoned.echo_address("a", delayed=False), 300)
@@ -399,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument(
+        "--signature-threads", type=int, default=1, help="the verifiers' signature_threads (docs/operations.md)"
+    )
+    parser.add_argument(
         "--spin",
         action="store_true",
         help="keep every CPU out of idle with SCHED_IDLE busy loops (removes the VM's wake-up latency)",
@@ -456,6 +463,7 @@ def run_profiles(args: argparse.Namespace, profiles: list[str], log: Callable[[s
                 base_dir=base,
                 postgres_url=url,
                 log=log,
+                signature_threads=args.signature_threads,
             )
         )
     return results

@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from countersign.service.clients import OperatorClient, SignerClient, VerifierClient
@@ -119,8 +120,10 @@ class ZoneMesh:
         connect_timeout_s: float = 3.0,
         store_connect_timeout_s: int = 3,
         enrol: bool = True,
+        verifier_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.verifier_options = dict(verifier_options or {})
         self.delay_ms = delay_ms
         self.jitter_ms = jitter_ms
         self.loss = loss
@@ -178,6 +181,7 @@ class ZoneMesh:
             staleness_ms=self.staleness_ms,
             heartbeat_ms=self.heartbeat_ms,
             cosign_timeout_ms=self.cosign_timeout_ms,
+            verifier_options=self.verifier_options,
             launcher=self._launch,
         ).setup()
         self.mesh.start_all()

@@ -43,6 +43,19 @@ CASES = {
         {"listen": "0.0.0.0:0", "tls": LOOPBACK_PLAINTEXT},
         "tls.insecure_loopback is only allowed on loopback; listen is 0.0.0.0:0",
     ),
+    "no-lanes": ({"lanes_per_client": 0, "tls": LOOPBACK_PLAINTEXT}, "lanes_per_client must be between 1 and"),
+    "lanes-over-total": (
+        {"lanes_per_client": 9, "max_lanes": 8, "tls": LOOPBACK_PLAINTEXT},
+        "lanes_per_client must be between 1 and max_lanes",
+    ),
+    "signature-threads": (
+        {"signature_threads": 0, "tls": LOOPBACK_PLAINTEXT},
+        "signature_threads must be between 1 and 16",
+    ),
+}
+SIGNER_CASES = {
+    "no-peer-lanes": ({"lanes_per_peer": 0, "tls": LOOPBACK_PLAINTEXT}, "lanes_per_peer must be between 1 and 64"),
+    "lane-idle": ({"lane_idle_ms": 0, "tls": LOOPBACK_PLAINTEXT}, "lane_idle_ms must be positive"),
 }
 
 
@@ -53,11 +66,16 @@ def serve(daemon: str, config: Path) -> subprocess.CompletedProcess[str]:
 
 
 # Every case for the verifier; the main ones for the other two daemons (the loader is shared).
-PAIRS = [("verifier", case) for case in CASES] + [
-    (daemon, case)
-    for daemon in ("signer", "coordinator")
-    for case in ("unknown-key", "wrong-type", "tls-missing", "plaintext-off-loopback")
-]
+PAIRS = (
+    [("verifier", case) for case in CASES]
+    + [
+        (daemon, case)
+        for daemon in ("signer", "coordinator")
+        for case in ("unknown-key", "wrong-type", "tls-missing", "plaintext-off-loopback")
+    ]
+    + [("signer", case) for case in SIGNER_CASES]
+)
+CASES |= SIGNER_CASES
 
 
 @pytest.mark.parametrize(("daemon", "case"), PAIRS)
