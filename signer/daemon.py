@@ -54,7 +54,7 @@ from countersign.service.config import (
     validate_follower,
 )
 from countersign.service.errors import ServiceError, servicer_edge, stream_edge
-from countersign.service.lanes import Lanes, LaneSlots
+from countersign.service.lanes import Lanes, LaneSlots, unary
 from countersign.service.registry_follower import RegistryFollower, now_ms
 from countersign.service.tls import open_channel, peer_identity, signer_dns
 from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
@@ -199,9 +199,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             peer = self._peers.get((address, deployer))
             if peer is None:
                 channel = open_channel(address, self._config.tls, signer_dns(deployer))
+                stub = signer_pb2_grpc.SignerStub(channel)
                 lanes: CoSignLanes = Lanes(
-                    signer_pb2_grpc.SignerStub(channel).CoSignEdges, self._config.lanes_per_peer,
-                    self._config.lane_idle_ms / 1000,
+                    stub.CoSignEdges, self._config.lanes_per_peer, self._config.lane_idle_ms / 1000,
+                    unary(stub.CoSignEdge),
                 )  # fmt: skip
                 peer = self._peers[(address, deployer)] = (channel, lanes)
             return peer[1]
@@ -561,7 +562,9 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     def CoSignEdge(
         self, request: signer_pb2.CoSignEdgeRequest, context: grpc.ServicerContext
     ) -> signer_pb2.CoSignEdgeResponse:
-        return self._cosign_edge(request, context)
+        answer = self._cosign_edge(request, context)
+        self._metrics.requests.labels("CoSignEdge", "OK").inc()
+        return answer
 
     @stream_edge
     def CoSignEdges(
@@ -571,9 +574,13 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         Lanes are counted per peer deployer (another operator's signer may open many connections)."""
         identity = None if self._config.tls.insecure_loopback else peer_identity(context)
         peer = identity.deployer if identity is not None and identity.deployer else str(context.peer())
-        yield from self._lane_slots.serve(
-            "cosign", peer, requests, context, lambda edge: self._cosign_edge(edge, context)
-        )
+
+        def decide(edge: signer_pb2.CoSignEdgeRequest) -> signer_pb2.CoSignEdgeResponse:
+            answer = self._cosign_edge(edge, context)
+            self._metrics.requests.labels("CoSignEdges", "OK").inc()
+            return answer
+
+        yield from self._lane_slots.serve("cosign", peer, requests, context, decide)
 
     @stream_edge
     def RuntimeCalls(
@@ -648,7 +655,6 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             return answer
 
         answer = self._store.transaction(work)
-        self._metrics.requests.labels("CoSignEdge", "OK").inc()
         log.info("edge co-signed", extra={"grant_id": request.grant_id, "child_deployer": child.deployer})
         return signer_pb2.CoSignEdgeResponse(parent_cosignature=answer)
 

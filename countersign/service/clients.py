@@ -22,7 +22,7 @@ from countersign.reasons import Reason, Verdict, VerificationResult
 from countersign.records import Path
 from countersign.service.config import TlsConfig
 from countersign.service.errors import from_rpc_error
-from countersign.service.lanes import Lanes
+from countersign.service.lanes import Lanes, unary
 from countersign.service.tls import coordinator_dns, open_channel, signer_dns, verifier_dns
 
 
@@ -132,8 +132,9 @@ class VerifierClient:
     def __post_init__(self) -> None:
         self._channel = open_channel(self.address, self.tls, verifier_dns())
         self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
+        self._unary = unary(self._stub.VerifyPath)
         self._lanes: Lanes[verifier_pb2.VerifyPathRequest, verifier_pb2.VerifyPathResponse] | None = (
-            Lanes(self._stub.VerifyPaths, self.lanes, self.lane_idle_s) if self.lanes > 0 else None
+            Lanes(self._stub.VerifyPaths, self.lanes, self.lane_idle_s, self._unary) if self.lanes > 0 else None
         )
 
     def verify(
@@ -144,13 +145,8 @@ class VerifierClient:
         ``request_id``: an idempotency key for retrying an accept-mode request (proto docs)."""
         mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
         request = verifier_pb2.VerifyPathRequest(path=path, output=output, mode=mode, request_id=request_id)
-        if self._lanes is not None:
-            response = self._lanes.ask(request, timeout_s)
-        else:
-            try:
-                response = self._stub.VerifyPath(request, timeout=timeout_s)
-            except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
+        ask = self._lanes.ask if self._lanes is not None else self._unary
+        response: verifier_pb2.VerifyPathResponse = ask(request, timeout_s)
         verdict = response.verdict
         if verdict.verdict == verdict.ACCEPT:
             return VerificationResult.accept(), response.registry_sequence
@@ -192,17 +188,22 @@ class SignerClient:
         self._channel = open_channel(self.address, self.tls, signer_dns(self.deployer))
         self.stub = signer_pb2_grpc.SignerStub(self._channel)
         self._lanes: Lanes[signer_pb2.RuntimeCall, signer_pb2.RuntimeAnswer] | None = (
-            Lanes(self.stub.RuntimeCalls, self.lanes, self.lane_idle_s) if self.lanes > 0 else None
+            Lanes(self.stub.RuntimeCalls, self.lanes, self.lane_idle_s, self._unary_call) if self.lanes > 0 else None
         )
 
     def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
-        if self._lanes is not None:
-            answer = self._lanes.ask(signer_pb2.RuntimeCall(**{RUNTIME_CALLS[method]: request}), timeout_s)
-            return answer.grant if method == "OpenGrant" else answer.issued
-        try:
-            return getattr(self.stub, method)(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        call = signer_pb2.RuntimeCall(**{RUNTIME_CALLS[method]: request})
+        answer = self._lanes.ask(call, timeout_s) if self._lanes is not None else self._unary_call(call, timeout_s)
+        return answer.grant if method == "OpenGrant" else answer.issued
+
+    def _unary_call(self, call: signer_pb2.RuntimeCall, timeout_s: float) -> signer_pb2.RuntimeAnswer:
+        kind = call.WhichOneof("call")
+        assert kind is not None  # built by _call from RUNTIME_CALLS
+        method = next(name for name, field in RUNTIME_CALLS.items() if field == kind)
+        response = unary(getattr(self.stub, method))(getattr(call, kind), timeout_s)
+        if method == "OpenGrant":
+            return signer_pb2.RuntimeAnswer(grant=response)
+        return signer_pb2.RuntimeAnswer(issued=response)
 
     def root(self, instance: str, system: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
         agent = signer_pb2.AgentFields(instance=instance, system=system, ttl_ms=ttl_ms, max_children=max_children)

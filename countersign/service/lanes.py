@@ -88,12 +88,33 @@ class _Lane:
         self._requests.put(_CLOSE)  # frees gRPC's thread that sends from ``_outgoing``
 
 
+def unary(method: Callable[..., Any]) -> Callable[[Any, float], Any]:
+    """A unary stub method as ``call(request, timeout_s)``, raising :class:`ServiceError`."""
+
+    def call(request: Any, timeout_s: float) -> Any:
+        try:
+            return method(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    return call
+
+
 class Lanes(Generic[Request, Answer]):
     """Up to ``size`` lanes to one server, opened with ``open_stream`` (on one channel). Lanes idle
-    for ``idle_s`` are closed by a reaper thread shared by every pool in the process."""
+    for ``idle_s`` are closed by a reaper thread shared by every pool in the process. When the server
+    has no lane to give (``LANES_EXHAUSTED``), the call is made with ``fallback`` (the unary form):
+    lanes are a way to be faster, never a new way to fail."""
 
-    def __init__(self, open_stream: OpenStream, size: int, idle_s: float) -> None:
+    def __init__(
+        self,
+        open_stream: OpenStream,
+        size: int,
+        idle_s: float,
+        fallback: Callable[[Request, float], Answer] | None = None,
+    ) -> None:
         self._open_stream = open_stream
+        self._fallback = fallback
         self._size = size
         self._idle_s = idle_s
         self._free: list[_Lane] = []
@@ -107,6 +128,11 @@ class Lanes(Generic[Request, Answer]):
         lane = self._take(deadline)
         try:
             answer = lane.ask(request, deadline - time.monotonic())
+        except ServiceError as error:
+            self._drop(lane)
+            if error.code == "LANES_EXHAUSTED" and self._fallback is not None:
+                return self._fallback(request, max(deadline - time.monotonic(), 0.0))
+            raise
         except BaseException:
             self._drop(lane)
             raise

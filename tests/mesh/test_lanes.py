@@ -182,6 +182,34 @@ def test_a_peer_holds_at_most_lanes_per_peer_lanes(lane_mesh: LocalMesh, runtime
         channel.close()
 
 
+def test_a_child_signer_without_a_free_lane_co_signs_with_the_unary_call(
+    lane_mesh: LocalMesh, runtime_a: SignerClient
+) -> None:
+    poll(lambda: lanes_open(lane_mesh, "deployer-a") == 0 or None, what="idle lanes closed")
+    root = runtime_a.root("planner", "lanes-fallback", max_children=8)
+    channel = channel_to(lane_mesh, "deployer-a", "deployer-b-signer")
+    held = [Lane(channel) for _ in range(LANES)]  # every lane deployer-b may hold at deployer-a
+    try:
+        for lane in held:
+            grant = runtime_a.open_grant(root, "deployer-b")
+            lane.ask(hand_built_edge(lane_mesh, root, grant.grant_id, "deployer-b", instance=grant.grant_id[:8]))
+        before = unary_cosigns(lane_mesh)
+        path = delegate(lane_mesh, root, "deployer-b", "researcher")  # deployer-b's own signer asks now
+        assert path.leaf.record.deployer == "deployer-b"
+        assert unary_cosigns(lane_mesh) == before + 1
+        assert lanes_open(lane_mesh, "deployer-a") == LANES
+    finally:
+        for lane in held:
+            lane.close()
+        channel.close()
+
+
+def unary_cosigns(mesh: LocalMesh) -> float:
+    """Edges deployer-a co-signed on unary CoSignEdge calls (lanes count as CoSignEdges)."""
+    samples = scrape(mesh, "deployer-a").get("countersign_signer_requests_total", [])
+    return sum(value for labels, value in samples if labels == {"method": "CoSignEdge", "code": "OK"})
+
+
 def test_a_lane_from_a_peer_that_is_not_the_childs_signer_is_refused(
     lane_mesh: LocalMesh, runtime_a: SignerClient
 ) -> None:
@@ -224,7 +252,7 @@ def test_delegations_use_lanes_and_idle_lanes_are_closed(lane_mesh: LocalMesh, r
     for i in range(3):
         delegate(lane_mesh, root, "deployer-b", f"r{i}")
     streams = [labels for labels, _ in scrape(lane_mesh, "deployer-a").get("countersign_signer_requests_total", [])]
-    assert {"method": "CoSignEdge", "code": "OK"} in streams
+    assert {"method": "CoSignEdges", "code": "OK"} in streams
     # The child closes a lane idle for lane_idle_ms (1 s here): the parent's gauge returns to 0.
     poll(lambda: lanes_open(lane_mesh, "deployer-a") == 0 or None, timeout_s=5, what="idle lane closed")
     assert delegate(lane_mesh, root, "deployer-b", "after-idle").leaf.record.deployer == "deployer-b"

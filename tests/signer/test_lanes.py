@@ -41,6 +41,8 @@ class ScriptedParent(signer_pb2_grpc.SignerServicer):
             for request in requests:
                 if request.grant_id == "refuse":
                     abort(context, ServiceError("GRANT_USED", "scripted refusal"))
+                if request.grant_id == "full":
+                    abort(context, ServiceError("LANES_EXHAUSTED", "scripted", grpc.StatusCode.RESOURCE_EXHAUSTED))
                 if request.grant_id == "stall":
                     while context.is_active():
                         time.sleep(0.01)
@@ -115,6 +117,24 @@ def test_a_refusal_keeps_its_typed_code_and_the_lane_is_replaced(parent: tuple[S
     )
     assert lanes.ask(edge("next"), 10).parent_cosignature == "next"
     assert servicer.opened == 2
+    lanes.close()
+
+
+def test_a_server_without_a_free_lane_gets_the_unary_call_instead(parent: tuple[ScriptedParent, grpc.Channel]) -> None:
+    _, channel = parent
+    unary_calls: list[str] = []
+
+    def fallback(request: signer_pb2.CoSignEdgeRequest, timeout_s: float) -> signer_pb2.CoSignEdgeResponse:
+        assert timeout_s > 0
+        unary_calls.append(request.grant_id)
+        return signer_pb2.CoSignEdgeResponse(parent_cosignature="unary")
+
+    lanes = Lanes(signer_pb2_grpc.SignerStub(channel).CoSignEdges, size=1, idle_s=60, fallback=fallback)
+    assert lanes.ask(edge("full"), 10).parent_cosignature == "unary"
+    assert lanes.ask(edge("next"), 10).parent_cosignature == "next"  # lanes again once one is free
+    with pytest.raises(ServiceError, match="scripted refusal"):  # other refusals are not retried
+        lanes.ask(edge("refuse"), 10)
+    assert unary_calls == ["full"]
     lanes.close()
 
 
