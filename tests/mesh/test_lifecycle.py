@@ -55,8 +55,8 @@ def test_reflection_lists_the_services(mesh: LocalMesh) -> None:
 
 
 def stopped_cleanly(mesh: LocalMesh, name: str) -> bool:
-    """ "stopping", then "stopped" as the last line, and nothing worse than a warning in between (a
-    follower may log that the already stopped coordinator is unreachable while the daemon drains)."""
+    """The "stopping" event, "stopped" as the last line, and nothing worse than a warning between them
+    (a follower may log that the already stopped coordinator is unreachable while the daemon drains)."""
     lines = mesh.daemons[name].log_file.read_text().splitlines()
     records = [json.loads(line) for line in lines if line.startswith("{")]
     events = [record.get("event") for record in records]
