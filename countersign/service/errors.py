@@ -90,13 +90,7 @@ def servicer_edge(method: F) -> F:
         except Aborted:
             raise
         except Exception as exc:
-            if isinstance(exc, grpc.RpcError) and not isinstance(exc, CountersignError):
-                raise
-            error = to_service_error(exc)
-            if error is None:
-                log.exception("internal error in %s", method.__name__)
-                error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
-            abort(context, error)
+            _end_with_status(exc, context, method.__name__)
 
     return wrapper  # type: ignore[return-value]
 
@@ -112,15 +106,20 @@ def stream_edge(method: F) -> F:
         except Aborted:
             raise
         except Exception as exc:
-            if isinstance(exc, grpc.RpcError) and not isinstance(exc, CountersignError):
-                raise
-            error = to_service_error(exc)
-            if error is None:
-                log.exception("internal error in %s", method.__name__)
-                error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
-            abort(context, error)
+            _end_with_status(exc, context, method.__name__)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _end_with_status(exc: Exception, context: grpc.ServicerContext, method: str) -> NoReturn:
+    """End the call with ``exc``'s typed status; an unexpected exception is logged and INTERNAL."""
+    if isinstance(exc, grpc.RpcError) and not isinstance(exc, CountersignError):
+        raise exc
+    error = to_service_error(exc)
+    if error is None:
+        log.exception("internal error in %s", method)
+        error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
+    abort(context, error)
 
 
 def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
