@@ -45,6 +45,7 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
+from countersign.service.clients import RUNTIME_METHODS, runtime_answer
 from countersign.service.config import (
     ConfigError,
     TlsConfig,
@@ -595,17 +596,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
 
     def _runtime_call(self, call: signer_pb2.RuntimeCall, context: grpc.ServicerContext) -> signer_pb2.RuntimeAnswer:
         kind = call.WhichOneof("call")
-        if kind == "issue_root":
-            return signer_pb2.RuntimeAnswer(issued=self.IssueRoot(call.issue_root, context))
-        if kind == "issue_local_child":
-            return signer_pb2.RuntimeAnswer(issued=self.IssueLocalChild(call.issue_local_child, context))
-        if kind == "issue_receipt":
-            return signer_pb2.RuntimeAnswer(issued=self.IssueReceipt(call.issue_receipt, context))
-        if kind == "open_grant":
-            return signer_pb2.RuntimeAnswer(grant=self.OpenGrant(call.open_grant, context))
-        if kind == "accept_delegation":
-            return signer_pb2.RuntimeAnswer(issued=self.AcceptDelegation(call.accept_delegation, context))
-        raise _refuse("INVALID_ARGUMENT", "a runtime call must name one call", INVALID)
+        if kind is None:
+            raise _refuse("INVALID_ARGUMENT", "a runtime call must name one call", INVALID)
+        method = RUNTIME_METHODS[kind]  # the unary method that decides this call
+        return runtime_answer(method, getattr(self, method)(getattr(call, kind), context))
 
     def stopping(self) -> None:
         """Shutdown has begun: end the idle lanes now (a busy one ends once its call is answered), so

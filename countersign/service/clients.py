@@ -163,7 +163,7 @@ class VerifierClient:
         self._channel.close()
 
 
-# The oneof field of RuntimeCall that carries each runtime method's request.
+# The oneof field of RuntimeCall that carries each runtime method's request, and back.
 RUNTIME_CALLS = {
     "IssueRoot": "issue_root",
     "IssueLocalChild": "issue_local_child",
@@ -171,6 +171,14 @@ RUNTIME_CALLS = {
     "OpenGrant": "open_grant",
     "AcceptDelegation": "accept_delegation",
 }
+RUNTIME_METHODS = {field: method for method, field in RUNTIME_CALLS.items()}
+
+
+def runtime_answer(method: str, response: Any) -> signer_pb2.RuntimeAnswer:
+    """The RuntimeAnswer that carries ``method``'s unary response."""
+    if method == "OpenGrant":
+        return signer_pb2.RuntimeAnswer(grant=response)
+    return signer_pb2.RuntimeAnswer(issued=response)
 
 
 @dataclass
@@ -199,11 +207,8 @@ class SignerClient:
     def _unary_call(self, call: signer_pb2.RuntimeCall, timeout_s: float) -> signer_pb2.RuntimeAnswer:
         kind = call.WhichOneof("call")
         assert kind is not None  # built by _call from RUNTIME_CALLS
-        method = next(name for name, field in RUNTIME_CALLS.items() if field == kind)
-        response = unary(getattr(self.stub, method))(getattr(call, kind), timeout_s)
-        if method == "OpenGrant":
-            return signer_pb2.RuntimeAnswer(grant=response)
-        return signer_pb2.RuntimeAnswer(issued=response)
+        method = RUNTIME_METHODS[kind]
+        return runtime_answer(method, unary(getattr(self.stub, method))(getattr(call, kind), timeout_s))
 
     def root(self, instance: str, system: str, *, ttl_ms: int = 3_600_000, max_children: int = 8) -> Path:
         agent = signer_pb2.AgentFields(instance=instance, system=system, ttl_ms=ttl_ms, max_children=max_children)
