@@ -6,8 +6,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from countersign._proto.v1 import (
     coordinator_pb2,
     coordinator_pb2_grpc,
@@ -21,7 +19,6 @@ from countersign.keys import PublicKey, Signer
 from countersign.reasons import Reason, Verdict, VerificationResult
 from countersign.records import Path
 from countersign.service.config import TlsConfig
-from countersign.service.errors import from_rpc_error
 from countersign.service.lanes import Lanes, unary
 from countersign.service.tls import coordinator_dns, open_channel, signer_dns, verifier_dns
 
@@ -34,13 +31,10 @@ def coordinator_log(address: str, tls: TlsConfig) -> list[bytes]:
     """Every statement the coordinator serves, unverified (the caller verifies)."""
     channel = open_channel(address, tls, coordinator_dns())
     try:
-        stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+        get_log = unary(coordinator_pb2_grpc.CoordinatorStub(channel).GetLog)
         statements: list[bytes] = []
         while True:
-            try:
-                response = stub.GetLog(coordinator_pb2.GetLogRequest(from_sequence=len(statements)), timeout=10)
-            except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
+            response = get_log(coordinator_pb2.GetLogRequest(from_sequence=len(statements)), 10)
             statements += list(response.statements)
             if not response.statements or len(statements) >= response.head_sequence:
                 return statements
@@ -52,11 +46,9 @@ def submit_statement(address: str, tls: TlsConfig, signed: SignedStatement) -> N
     """Submit a statement the operator signed elsewhere. Raises ServiceError if refused."""
     channel = open_channel(address, tls, coordinator_dns())
     try:
-        coordinator_pb2_grpc.CoordinatorStub(channel).Submit(
-            coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10
+        unary(coordinator_pb2_grpc.CoordinatorStub(channel).Submit)(
+            coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), 10
         )
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc) from None
     finally:
         channel.close()
 
@@ -109,10 +101,7 @@ class OperatorClient:
     ) -> SignedStatement:
         """Sign the next statement and submit it. Raises ServiceError if the coordinator refuses."""
         signed = self.prepare(kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note)
-        try:
-            self._stub.Submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        unary(self._stub.Submit)(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), 10)
         return signed
 
     def close(self) -> None:
