@@ -9,7 +9,8 @@ thread of the parent's server.
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -39,18 +40,18 @@ pytestmark = pytest.mark.daemons
 LANES = 2  # the mesh below allows two lanes per peer
 
 
-class Lane:
-    """A raw CoSignEdges stream driven one edge at a time, as a child's signer drives it."""
+class RawLane:
+    """A raw lane (a stream-stream RPC) driven one call at a time, as a client drives it."""
 
-    def __init__(self, channel: grpc.Channel) -> None:
-        self._requests: queue.SimpleQueue[signer_pb2.CoSignEdgeRequest | None] = queue.SimpleQueue()
-        self.call = signer_stub(channel).CoSignEdges(iter(self._requests.get, None), timeout=30)
+    def __init__(self, open_stream: Callable[..., Any]) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.call = open_stream(iter(self._requests.get, None), timeout=30)
 
-    def ask(self, request: signer_pb2.CoSignEdgeRequest) -> signer_pb2.CoSignEdgeResponse:
+    def ask(self, request: Any) -> Any:
         self._requests.put(request)
         return next(self.call)
 
-    def refusal(self, request: signer_pb2.CoSignEdgeRequest) -> ServiceError:
+    def refusal(self, request: Any) -> ServiceError:
         self._requests.put(request)
         with pytest.raises(grpc.RpcError) as raised:
             next(self.call)
@@ -59,6 +60,13 @@ class Lane:
     def close(self) -> None:
         self._requests.put(None)
         self.call.cancel()
+
+
+class Lane(RawLane):
+    """A raw CoSignEdges stream, as a child's signer drives it."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        super().__init__(signer_stub(channel).CoSignEdges)
 
 
 @pytest.fixture(scope="module")
@@ -261,26 +269,17 @@ def test_delegations_use_lanes_and_idle_lanes_are_closed(lane_mesh: LocalMesh, r
 # --- runtime lanes ----------------------------------------------------------------------------
 
 
-class RuntimeLane:
-    """A raw RuntimeCalls stream driven one call at a time."""
+class RuntimeLane(RawLane):
+    """A raw RuntimeCalls stream; ``ask(issue_root=...)`` sends the RuntimeCall with that field."""
 
     def __init__(self, channel: grpc.Channel) -> None:
-        self._requests: queue.SimpleQueue[signer_pb2.RuntimeCall | None] = queue.SimpleQueue()
-        self.call = signer_stub(channel).RuntimeCalls(iter(self._requests.get, None), timeout=30)
+        super().__init__(signer_stub(channel).RuntimeCalls)
 
-    def ask(self, **call: object) -> signer_pb2.RuntimeAnswer:
-        self._requests.put(signer_pb2.RuntimeCall(**call))  # type: ignore[arg-type]
-        return next(self.call)
+    def ask(self, **call: Any) -> signer_pb2.RuntimeAnswer:  # type: ignore[override]
+        return super().ask(signer_pb2.RuntimeCall(**call))  # type: ignore[no-any-return]
 
-    def refusal(self, **call: object) -> ServiceError:
-        self._requests.put(signer_pb2.RuntimeCall(**call))  # type: ignore[arg-type]
-        with pytest.raises(grpc.RpcError) as raised:
-            next(self.call)
-        return from_rpc_error(raised.value)
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self.call.cancel()
+    def refusal(self, **call: Any) -> ServiceError:  # type: ignore[override]
+        return super().refusal(signer_pb2.RuntimeCall(**call))
 
 
 def test_every_runtime_call_on_one_lane_gives_what_its_unary_form_gives(lane_mesh: LocalMesh) -> None:
@@ -423,20 +422,16 @@ def test_the_runtime_client_uses_lanes_by_default_and_unary_calls_on_request(lan
 # --- verification lanes -----------------------------------------------------------------------
 
 
-class VerifyLane:
+class VerifyLane(RawLane):
+    """A raw VerifyPaths stream; ``verdict`` answers (verdict, reason)."""
+
     def __init__(self, channel: grpc.Channel) -> None:
-        self._requests: queue.SimpleQueue[verifier_pb2.VerifyPathRequest | None] = queue.SimpleQueue()
-        self.call = verifier_stub(channel).VerifyPaths(iter(self._requests.get, None), timeout=30)
+        super().__init__(verifier_stub(channel).VerifyPaths)
 
     def verdict(self, path: Path, output: bytes, *, audit: bool = False) -> tuple[int, str]:
         mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
-        self._requests.put(verifier_pb2.VerifyPathRequest(path=path.to_bytes(), output=output, mode=mode))
-        answer = next(self.call).verdict
+        answer = self.ask(verifier_pb2.VerifyPathRequest(path=path.to_bytes(), output=output, mode=mode)).verdict
         return answer.verdict, answer.reason
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self.call.cancel()
 
 
 ACCEPT, REJECT = common_pb2.Verdict.ACCEPT, common_pb2.Verdict.REJECT
@@ -533,10 +528,10 @@ def test_a_verifier_connection_holds_at_most_lanes_per_client_lanes(
     try:
         for lane in held:
             assert lane.verdict(path, output, audit=True) == (ACCEPT, "")
-        extra = VerifyLane(channel)
-        with pytest.raises(grpc.RpcError) as raised:
-            extra.verdict(path, output, audit=True)
-        error = from_rpc_error(raised.value)
+        request = verifier_pb2.VerifyPathRequest(
+            path=path.to_bytes(), output=output, mode=verifier_pb2.VerifyPathRequest.AUDIT
+        )
+        error = VerifyLane(channel).refusal(request)
         assert (error.code, error.status) == ("LANES_EXHAUSTED", grpc.StatusCode.RESOURCE_EXHAUSTED)
     finally:
         for lane in held:
