@@ -67,7 +67,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         sub.add_argument("--key", required=True, help="the operator key file")
         sub.add_argument("--deployer", required=True)
         if kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
-            sub.add_argument("--public-key", required=True, help="the deployer key's public key (base64url)")
+            sub.add_argument(
+                "--public-key", required=True, metavar="B64URL",
+                help="the deployer key's public key; write --public-key=KEY, since a key may begin with '-'",
+            )  # fmt: skip
         else:
             sub.add_argument("--key-id", required=True)
         if kind is not StatementKind.REVOKE_KEY:

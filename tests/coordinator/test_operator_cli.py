@@ -41,7 +41,7 @@ def test_online_and_offline_statements_and_export(coordinator: LocalMesh, tmp_pa
     deployer = Ed25519Signer.generate()
     online = cli(
         "operator", "enrol", "--key", operator_key, "--deployer", "deployer-x",
-        "--public-key", b64url_encode(deployer.public_key), "--coordinator", address, *tls(coordinator, "operator"),
+        f"--public-key={b64url_encode(deployer.public_key)}", "--coordinator", address, *tls(coordinator, "operator"),
     )  # fmt: skip
     assert online.returncode == 0, online.stderr
     assert json.loads(online.stdout)["sequence"] == 0
@@ -104,7 +104,7 @@ def test_a_deployer_key_cannot_sign_statements(coordinator: LocalMesh, tmp_path:
     impostor = str(coordinator.workdir / "keys" / "deployer-a.jwk")
     result = cli(
         "operator", "enrol", "--key", impostor, "--deployer", "deployer-a",
-        "--public-key", b64url_encode(coordinator.deployer_keys["deployer-a"].public_key),
+        f"--public-key={b64url_encode(coordinator.deployer_keys['deployer-a'].public_key)}",
         "--coordinator", address, *tls(coordinator, "operator"),
     )  # fmt: skip
     assert result.returncode == 2
