@@ -24,6 +24,12 @@ SCHEMA = (
     " expires_ms INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS children (parent TEXT NOT NULL, child_nonce TEXT NOT NULL,"
     " PRIMARY KEY (parent, child_nonce)) WITHOUT ROWID",
+    # How many rows ``children`` holds per parent, kept by a trigger: the fan-out check reads one row
+    # instead of counting a parent's children (which grows with every child it ever had).
+    "CREATE TABLE IF NOT EXISTS child_counts (parent TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TRIGGER IF NOT EXISTS children_counted AFTER INSERT ON children BEGIN"
+    " INSERT INTO child_counts (parent, count) VALUES (NEW.parent, 1)"
+    " ON CONFLICT (parent) DO UPDATE SET count = count + 1; END",
     "CREATE TABLE IF NOT EXISTS grants (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_deployer TEXT NOT NULL,"
     " expires_ms INTEGER NOT NULL, manifest_digest TEXT, parent_cosig TEXT) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL)"
@@ -56,14 +62,31 @@ class SignerStore:
         self._lock = threading.Lock()
         try:
             self._db = open_sqlite(parts.path)
-            for statement in SCHEMA:
-                self._db.execute(statement)
+            self._create_schema()
             # A second connection for commits that need not survive power loss (see ``transaction``):
             # the sync mode is per connection, so neither ever switches it.
             self._fast = open_sqlite(parts.path)
             self._fast.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
             raise ConfigError(f"cannot open signer state {parts.path}: {exc}") from None
+
+    def _create_schema(self) -> None:
+        """Create what is missing; a file from before ``child_counts`` existed gets it counted once."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            had_counts = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'child_counts'"
+            ).fetchone()
+            for statement in SCHEMA:
+                self._db.execute(statement)
+            if had_counts is None:  # the trigger was created just now, after these children
+                self._db.execute(
+                    "INSERT INTO child_counts (parent, count) SELECT parent, COUNT(*) FROM children GROUP BY parent"
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _transaction(self, durable: bool) -> Iterator[sqlite3.Connection]:
@@ -120,8 +143,8 @@ class Transaction:
         )
 
     def child_count(self, parent: str) -> int:
-        (count,) = self._db.execute("SELECT COUNT(*) FROM children WHERE parent = ?", (parent,)).fetchone()
-        return int(count)
+        row = self._db.execute("SELECT count FROM child_counts WHERE parent = ?", (parent,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def add_child(self, parent: str, child_nonce: str) -> None:
         self._db.execute("INSERT OR IGNORE INTO children (parent, child_nonce) VALUES (?, ?)", (parent, child_nonce))

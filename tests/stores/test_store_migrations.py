@@ -1,4 +1,4 @@
-"""Upgrading a store written by schema version 1 keeps what it remembered."""
+"""Upgrading a store written by an older schema version keeps what it remembered."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from countersign.reasons import Reason
-from countersign.state import LeafNonce, StateRejection
+from countersign.state import ChildEdge, LeafNonce, StateRejection
 from tests.stores.conftest import PostgresSchemas
 from verifier.stores import postgres as pg_store
 from verifier.stores import sqlite as sqlite_store
@@ -33,7 +33,45 @@ def test_sqlite_version_1_upgrades_and_keeps_consumed_nonces(tmp_path: Path) -> 
         assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
         assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
         (version,) = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()
-        assert version == sqlite_store.SCHEMA_VERSION == 2
+        assert version == sqlite_store.SCHEMA_VERSION == 3
+    finally:
+        state.close()
+
+
+def test_sqlite_version_2_counts_the_children_it_already_had(tmp_path: Path) -> None:
+    """Version 3 reads a parent's child count from ``child_counts``: the upgrade must count the
+    children recorded before it, or a parent would get its whole ``max_children`` again."""
+    path = tmp_path / "v2.db"
+    db = sqlite3.connect(path)
+    for step in (1, 2):
+        for statement in sqlite_store._MIGRATIONS[step]:
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 2")
+    retain = NOW + 60_000
+    for child in ("c1", "c2", "c3"):
+        db.execute("INSERT INTO children (parent, child, retain_until_ms) VALUES ('p:full', ?, ?)", (child, retain))
+    db.execute("INSERT INTO children (parent, child, retain_until_ms) VALUES ('p:one', 'c1', ?)", (NOW + 10,))
+    db.commit()
+    db.close()
+
+    def edge(parent: str, child: str, max_children: int) -> list[ChildEdge]:
+        return [ChildEdge(parent, child, max_children, retain, 1)]
+
+    state = sqlite_store.SqliteState(path)
+    try:
+        leaf = LeafNonce("d:leaf", retain, 1)
+        assert state.admit(edge("p:full", "c4", 3), leaf, consume=False, now_ms=NOW) == StateRejection(
+            Reason.FANOUT_EXCEEDED, 1
+        )
+        assert state.admit(edge("p:full", "c2", 3), leaf, consume=False, now_ms=NOW) is None  # already counted
+        assert state.admit(edge("p:one", "c2", 1), leaf, consume=False, now_ms=NOW) == StateRejection(
+            Reason.FANOUT_EXCEEDED, 1
+        )
+        # Collecting the expired child frees its slot: the count follows the rows it counts.
+        assert state.collect_expired(NOW + 11, 10_000) == 1
+        assert state.admit(edge("p:one", "c2", 1), leaf, consume=True, now_ms=NOW) is None
+        counts = dict(sqlite3.connect(path).execute("SELECT parent, count FROM child_counts").fetchall())
+        assert counts == {"p:full": 3, "p:one": 1}
     finally:
         state.close()
 

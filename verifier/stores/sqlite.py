@@ -16,7 +16,7 @@ from countersign.reasons import Reason
 from countersign.service.sqlite import open_sqlite
 from countersign.state import ChildEdge, LeafNonce, StateRejection
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATIONS = {
     1: (
         "CREATE TABLE consumed_nonces (nonce TEXT PRIMARY KEY, retain_until_ms INTEGER NOT NULL) WITHOUT ROWID",
@@ -26,6 +26,18 @@ _MIGRATIONS = {
         "CREATE INDEX children_retention ON children (retain_until_ms)",
     ),
     2: ("ALTER TABLE consumed_nonces ADD COLUMN request_id TEXT NOT NULL DEFAULT ''",),
+    # The fan-out check reads a parent's count instead of counting its children (as many rows as
+    # it has children within retention); triggers keep the count with the rows it counts.
+    3: (
+        "CREATE TABLE child_counts (parent TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID",
+        "INSERT INTO child_counts (parent, count) SELECT parent, COUNT(*) FROM children GROUP BY parent",
+        "CREATE TRIGGER children_counted AFTER INSERT ON children BEGIN"
+        " INSERT INTO child_counts (parent, count) VALUES (NEW.parent, 1)"
+        " ON CONFLICT (parent) DO UPDATE SET count = count + 1; END",
+        "CREATE TRIGGER children_uncounted AFTER DELETE ON children BEGIN"
+        " UPDATE child_counts SET count = count - 1 WHERE parent = OLD.parent;"
+        " DELETE FROM child_counts WHERE parent = OLD.parent AND count <= 0; END",
+    ),
 }
 
 
@@ -76,8 +88,8 @@ class SqliteState:
             ).fetchone()
             if known is not None:
                 continue
-            (count,) = db.execute("SELECT COUNT(*) FROM children WHERE parent = ?", (edge.parent_digest,)).fetchone()
-            if count >= edge.max_children:
+            row = db.execute("SELECT count FROM child_counts WHERE parent = ?", (edge.parent_digest,)).fetchone()
+            if (0 if row is None else row[0]) >= edge.max_children:
                 db.execute("ROLLBACK")
                 return StateRejection(Reason.FANOUT_EXCEEDED, edge.index)
             if consume:
