@@ -1,4 +1,5 @@
-"""Mesh benchmark: co-signed issuance and VerifyPath over gRPC with mTLS, beside the raw costs.
+"""Mesh benchmark: VerifyPath over gRPC with mTLS beside the raw costs, and the daemons' memory.
+(Co-signed issuance has its own section, bench/issuance.py.)
 
 A local mesh (real daemon processes, mTLS) runs on loopback. The verifier is pinned to CPU 0 and the
 benchmark's clients to the other CPUs, so "service throughput" and "in-process verification" are
@@ -27,7 +28,6 @@ from countersign.keys import Ed25519Signer
 from countersign.records import AgentRef, BindingScope, Construction, Envelope, OutputReceipt, Path
 from countersign.registry import Registry
 from countersign.service.localmesh import LocalMesh
-from countersign.service.tls import open_channel, signer_dns
 from countersign.state import VerifierState
 from countersign.verify import Mode, verify_path_bytes
 
@@ -155,7 +155,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         mesh.setup().start_all()
         mesh.enrol_all()
         os.sched_setaffinity(0, CLIENT_CPUS)
-        results.update(_issuance(mesh, quick))
         results.update(_verification(mesh, quick))
         results.update(_memory(mesh, quick))
     finally:
@@ -163,28 +162,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         os.sched_setaffinity(0, set(CPUS))
         shutil.rmtree(work, ignore_errors=True)
     return results
-
-
-def _issuance(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
-    count = 100 if quick else 1_000
-    parent_runtime, child_runtime = mesh.runtime("deployer-a"), mesh.runtime("deployer-b")
-    parent_address = mesh.daemons["deployer-a"].address
-    root = parent_runtime.root("planner", "bench-system", max_children=65_535)
-    channel = open_channel(
-        mesh.daemons["deployer-b"].address, mesh.tls_for("deployer-b-runtime"), signer_dns("deployer-b")
-    )
-    health = health_pb2_grpc.HealthStub(channel)
-    raw = timed(lambda: health.Check(health_pb2.HealthCheckRequest()), count * 2)
-    grants = [parent_runtime.open_grant(root, "deployer-b") for _ in range(count + 20)]
-    grant_iter = iter(grants)
-    accept = timed(lambda: child_runtime.accept(root, next(grant_iter), parent_address, "researcher"), count, warmup=20)
-    both = timed(
-        lambda: child_runtime.accept(root, parent_runtime.open_grant(root, "deployer-b"), parent_address, "researcher"),
-        count // 2,
-        warmup=5,
-    )
-    channel.close()
-    return {"raw_grpc_rtt_us": raw, "cosigned_issuance_us": accept, "grant_plus_issuance_us": both}
 
 
 def _verification(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
@@ -314,21 +291,14 @@ def report(results: dict[str, Any]) -> str:
     def row(label: str, stats: dict[str, float]) -> str:
         return f"| {label} | {stats['p50']:.0f} | {stats['p99']:.0f} | {stats['mean']:.0f} | {int(stats['n'])} |"
 
-    raw = results["raw_grpc_rtt_us"]
-    issuance = results["cosigned_issuance_us"]
     lines = [
         f"## Mesh over gRPC with mTLS (daemons on CPU {results['service_cpu']}, clients on {results['client_cpus']})",
         "",
         "| call | p50 µs | p99 µs | mean µs | n |",
         "|---|---:|---:|---:|---:|",
-        row("raw gRPC round trip (health check, signer channel)", raw),
-        row("co-signed cross-deployer issuance (AcceptDelegation)", issuance),
-        row("open grant + co-signed issuance", results["grant_plus_issuance_us"]),
         row("raw gRPC round trip (health check, verifier channel)", results["verifier_raw_grpc_rtt_us"]),
         row("VerifyPath depth 5, audit", results["verifypath_audit_rtt_us"]),
         row("VerifyPath depth 5, accept (SQLite, fsync)", results["verifypath_accept_rtt_us"]),
-        "",
-        f"co-signed issuance p50 = {issuance['p50'] / raw['p50']:.2f}× the raw round trip (target ≤ 3)",
         "",
         "| depth-5 SIGNED-DAG verification | per second | service / in-process |",
         "|---|---:|---:|",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,11 +56,13 @@ class Grant:
 
 
 class SignerStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, on_commit: Callable[[bool, float], None] | None = None) -> None:
+        """``on_commit(durable, seconds)`` is told how long each successful commit took."""
         parts = urlsplit(url)
         if parts.scheme != "sqlite" or parts.netloc or not parts.path:
             raise ConfigError(f"state_url must look like sqlite:///path/signer.db, got {url!r}")
         self._lock = threading.Lock()
+        self._on_commit = on_commit
         try:
             self._db = open_sqlite(parts.path)
             self._create_schema()
@@ -99,7 +102,10 @@ class SignerStore:
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
+                started = time.perf_counter()
                 db.execute("COMMIT")
+                if self._on_commit is not None:
+                    self._on_commit(durable, time.perf_counter() - started)
             except sqlite3.Error as exc:
                 raise StateUnavailable(f"signer state: {exc}") from exc
 

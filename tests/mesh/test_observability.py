@@ -67,6 +67,28 @@ def test_metrics(mesh: LocalMesh) -> None:
         count = value(b_after, "countersign_cosign_seconds_count", outcome=outcome)
         assert count - value(b_before, "countersign_cosign_seconds_count", outcome=outcome) == 1, outcome
         assert value(b_after, "countersign_cosign_seconds_bucket", outcome=outcome, le="+Inf") == count
+    # Where an issuance's time goes: each signer times its half of both delegations (the accepted
+    # one and the refused one) and its state commits (the parent's grant and spend are synced).
+    a_before, a_after = before["deployer-a"], after["deployer-a"]
+    for samples_before, samples_after, method in (
+        (b_before, b_after, "AcceptDelegation"),
+        (a_before, a_after, "CoSignEdge"),
+    ):
+        count = value(samples_after, "countersign_signer_seconds_count", method=method)
+        assert count - value(samples_before, "countersign_signer_seconds_count", method=method) == 2, method
+        assert value(samples_after, "countersign_signer_seconds_bucket", method=method, le="+Inf") == count
+        assert value(samples_after, "countersign_signer_seconds_sum", method=method) > 0
+    for samples_before, samples_after, sync in ((a_before, a_after, "full"), (b_before, b_after, "normal")):
+        count = value(samples_after, "countersign_signer_commit_seconds_count", sync=sync)
+        assert count - value(samples_before, "countersign_signer_commit_seconds_count", sync=sync) >= 2, sync
+        assert value(samples_after, "countersign_signer_commit_seconds_sum", sync=sync) > 0
+    # The parent decides but never accepts a delegation here, the child never co-signs.
+    assert value(a_after, "countersign_signer_seconds_count", method="AcceptDelegation") == value(
+        a_before, "countersign_signer_seconds_count", method="AcceptDelegation"
+    )
+    assert value(b_after, "countersign_signer_seconds_count", method="CoSignEdge") == value(
+        b_before, "countersign_signer_seconds_count", method="CoSignEdge"
+    )
     # The parent side never asks anyone: it observes no co-signing round trip.
     assert value(after["deployer-a"], "countersign_cosign_seconds_count", outcome="ok") == value(
         before["deployer-a"], "countersign_cosign_seconds_count", outcome="ok"

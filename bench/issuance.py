@@ -1,0 +1,244 @@
+"""Issuance benchmark: a co-signed cross-deployer edge over gRPC with mTLS, where its time goes, and
+the same two handlers called in-process.
+
+Three measurements, in one run:
+
+* the raw gRPC round trip (a unary health check on the child signer's mTLS channel) and the issuance
+  as the child's runtime sees it (its lane to its signer, the child's signer's lane to the parent's);
+* the same issuances seen from inside the two signers (their Prometheus histograms: the child's
+  handler, its co-signing round trip, the parent's decision, the parent's durable commit);
+* the same two handlers called directly in one process (real SQLite state with the parent's fsync,
+  no gRPC, no processes). That figure plus two raw round trips is the floor of this design: what
+  issuance would cost if each hop cost exactly one raw round trip and the daemons added nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path as FilePath
+from typing import Any
+
+import prometheus_client
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.mesh import CLIENT_CPUS, CPUS, SERVICE_CPU, percentiles, pinned_launcher, timed
+from countersign._proto.v1 import signer_pb2
+from countersign.keys import Ed25519Signer, PublicKey
+from countersign.registry import KeyEntry, Registry
+from countersign.service.config import TlsConfig
+from countersign.service.localmesh import LocalMesh
+from countersign.service.tls import open_channel, signer_dns
+from signer.daemon import SignerConfig, SignerMetrics, SignerService
+from signer.store import SignerStore
+
+# (label, daemon, histogram, labels): the issuance seen from inside the signers.
+BREAKDOWN = (
+    ("inside the child's signer (AcceptDelegation)", "deployer-b", "countersign_signer_seconds",
+     {"method": "AcceptDelegation"}),
+    ("its co-signing round trip to the parent's signer", "deployer-b", "countersign_cosign_seconds",
+     {"outcome": "ok"}),
+    ("inside the parent's signer (the co-signing decision)", "deployer-a", "countersign_signer_seconds",
+     {"method": "CoSignEdge"}),
+    ("the parent's durable commit (one fsync)", "deployer-a", "countersign_signer_commit_seconds", {"sync": "full"}),
+)  # fmt: skip
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    count = 200 if quick else 1_000
+    results: dict[str, Any] = {"service_cpu": SERVICE_CPU, "client_cpus": sorted(CLIENT_CPUS)}
+    work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-issuance-"))
+    mesh = LocalMesh(work, tls=True, launcher=pinned_launcher, heartbeat_ms=1_000)
+    try:
+        mesh.setup().start_all()
+        mesh.enrol_all()
+        os.sched_setaffinity(0, CLIENT_CPUS)
+        results.update(_over_grpc(mesh, count))
+    finally:
+        mesh.stop_all()
+        os.sched_setaffinity(0, set(CPUS))
+        shutil.rmtree(work, ignore_errors=True)
+    results["in_process_us"] = in_process_issuance(count)
+    return results
+
+
+def _over_grpc(mesh: LocalMesh, count: int) -> dict[str, Any]:
+    parent_runtime, child_runtime = mesh.runtime("deployer-a"), mesh.runtime("deployer-b")
+    parent_address = mesh.daemons["deployer-a"].address
+    root = parent_runtime.root("planner", "bench-system", max_children=65_535)
+    channel = open_channel(
+        mesh.daemons["deployer-b"].address, mesh.tls_for("deployer-b-runtime"), signer_dns("deployer-b")
+    )
+    health = health_pb2_grpc.HealthStub(channel)
+    raw = timed(lambda: health.Check(health_pb2.HealthCheckRequest()), count * 2)
+    grants = iter([parent_runtime.open_grant(root, "deployer-b") for _ in range(count + 20)])
+    for _ in range(20):  # warm-up, outside the histogram window below
+        child_runtime.accept(root, next(grants), parent_address, "researcher")
+    before = {label: _histogram(mesh, daemon, name, labels) for label, daemon, name, labels in BREAKDOWN}
+    accept = timed(lambda: child_runtime.accept(root, next(grants), parent_address, "researcher"), count, warmup=0)
+    breakdown = {}
+    for label, daemon, name, labels in BREAKDOWN:
+        (sum_before, count_before), (sum_after, count_after) = before[label], _histogram(mesh, daemon, name, labels)
+        observed = count_after - count_before
+        breakdown[label] = (sum_after - sum_before) / observed * 1e6 if observed else float("nan")
+    both = timed(
+        lambda: child_runtime.accept(root, parent_runtime.open_grant(root, "deployer-b"), parent_address, "researcher"),
+        count // 2,
+        warmup=5,
+    )
+    channel.close()
+    parent_runtime.close()
+    child_runtime.close()
+    return {"raw_grpc_rtt_us": raw, "cosigned_issuance_us": accept, "grant_plus_issuance_us": both,
+            "breakdown_mean_us": breakdown}  # fmt: skip
+
+
+def _histogram(mesh: LocalMesh, daemon: str, name: str, labels: dict[str, str]) -> tuple[float, float]:
+    """(sum, count) of one labelled Prometheus histogram on ``daemon``'s metrics port."""
+    port = mesh.daemons[daemon].metrics_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    total = observed = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if any(sample.labels.get(k) != v for k, v in labels.items()):
+                continue
+            if sample.name == f"{name}_sum":
+                total += sample.value
+            elif sample.name == f"{name}_count":
+                observed += sample.value
+    return total, observed
+
+
+# --- the same handlers, in one process -------------------------------------------------------------
+
+
+class _Context:
+    """What the handlers ask of a gRPC context, for a caller that is always still waiting."""
+
+    def is_active(self) -> bool:
+        return True
+
+    def peer(self) -> str:
+        return "in-process"
+
+
+class _Registry:
+    """A registry follower that always has this registry, fresh."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+
+    def view(self) -> tuple[Registry, bool]:
+        return self._registry, True
+
+    def register_gauges(self, registry: prometheus_client.CollectorRegistry) -> None:
+        pass
+
+
+class _DirectParent:
+    """The child's co-signing lanes replaced by a direct call of the parent's decision."""
+
+    def __init__(self, parent: SignerService) -> None:
+        self._parent = parent
+
+    def ask(self, request: signer_pb2.CoSignEdgeRequest, timeout_s: float) -> signer_pb2.CoSignEdgeResponse:
+        return self._parent._cosign_edge(request, _Context())  # type: ignore[arg-type]
+
+
+class _InProcessChild(SignerService):
+    parent: SignerService
+
+    def _peer(self, address: str, deployer: str) -> Any:  # the one seam: no channel, no lanes
+        return _DirectParent(self.parent)
+
+
+def in_process_issuance(count: int) -> dict[str, float]:
+    """Issuance p50 etc. (µs) with both signers' handlers called directly, on the service CPU."""
+    keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b")}
+    registry = Registry({name: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for name, k in keys.items()}, 1)
+    work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-inprocess-"))
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {SERVICE_CPU})
+
+    def service(name: str, kind: Callable[..., SignerService]) -> SignerService:
+        config = SignerConfig(
+            deployer=name, signer_key="", operator_public_key="", coordinator="", registry_cache="",
+            allowed_children=sorted(keys), tls=TlsConfig(insecure_loopback=True),
+        )  # fmt: skip
+        follower = _Registry(registry)
+        metrics = SignerMetrics(prometheus_client.CollectorRegistry(), follower)  # type: ignore[arg-type]
+        store = SignerStore(f"sqlite:///{work / name}.db")
+        return kind(config, keys[name], store, follower, metrics)
+
+    parent = service("deployer-a", SignerService)
+    child = service("deployer-b", _InProcessChild)
+    assert isinstance(child, _InProcessChild)
+    child.parent = parent
+    context: Any = _Context()
+    try:
+        agent = signer_pb2.AgentFields(instance="planner", system="bench", ttl_ms=3_600_000, max_children=65_535)
+        root = parent.IssueRoot(signer_pb2.IssueRootRequest(agent=agent), context).path
+        grants = [
+            parent.OpenGrant(signer_pb2.OpenGrantRequest(parent_path=root, child_deployer="deployer-b"), context)
+            for _ in range(count + 50)
+        ]
+        samples = []
+        for index, grant in enumerate(grants):
+            request = signer_pb2.AcceptDelegationRequest(
+                parent_path=root, grant_id=grant.grant_id, parent_key_id=grant.parent_key_id,
+                parent_signer="127.0.0.1:1", agent=signer_pb2.AgentFields(instance="researcher", ttl_ms=600_000),
+            )  # fmt: skip
+            started = time.perf_counter()
+            child.AcceptDelegation(request, context)
+            if index >= 50:  # warm-up
+                samples.append((time.perf_counter() - started) * 1e6)
+        return percentiles(samples)
+    finally:
+        for signer in (parent, child):
+            signer._store.close()
+        os.sched_setaffinity(0, previous)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+
+def report(results: dict[str, Any]) -> str:
+    def row(label: str, stats: dict[str, float]) -> str:
+        return f"| {label} | {stats['p50']:.0f} | {stats['p99']:.0f} | {stats['mean']:.0f} | {int(stats['n'])} |"
+
+    raw, issuance, local = results["raw_grpc_rtt_us"], results["cosigned_issuance_us"], results["in_process_us"]
+    floor = local["p50"] + 2 * raw["p50"]
+    lines = [
+        f"## Co-signed issuance (daemons on CPU {results['service_cpu']}, clients on {results['client_cpus']})",
+        "",
+        "| call | p50 µs | p99 µs | mean µs | n |",
+        "|---|---:|---:|---:|---:|",
+        row("raw gRPC round trip (health check, child signer's mTLS channel)", raw),
+        row("co-signed cross-deployer issuance, seen by the child's runtime", issuance),
+        row("open grant + co-signed issuance", results["grant_plus_issuance_us"]),
+        row("the same two handlers called in one process (no gRPC; SQLite, fsync)", local),
+        "",
+        "| the issuances above, seen from inside the signers | mean µs |",
+        "|---|---:|",
+        f"| at the child's runtime (for comparison) | {issuance['mean']:.0f} |",
+    ]
+    lines += [f"| {label} | {mean:.0f} |" for label, mean in results["breakdown_mean_us"].items()]
+    lines += [
+        "",
+        f"co-signed issuance p50 = {issuance['p50'] / raw['p50']:.2f}× the raw round trip (target ≤ 3)",
+        f"floor of this design (in-process p50 + 2 raw round trips) = {floor:.0f} µs = "
+        f"{floor / raw['p50']:.2f}× the raw round trip",
+    ]
+    return "\n".join(lines)
+
+
+def as_json(results: dict[str, Any]) -> str:
+    return json.dumps(results, indent=2)
