@@ -8,6 +8,7 @@ with a message that names the key, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import ipaddress
 import os
 import tomllib
@@ -16,6 +17,9 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from countersign.errors import CountersignError
 
@@ -52,6 +56,33 @@ class TlsConfig:
                 raise ConfigError(f"{where}: tls.{name} (or tls.{name}_pem) is required, or tls.insecure_loopback")
             if not Path(location).is_file():
                 raise ConfigError(f"{where}: tls.{name} {location} is not a readable file")
+        self._check_material(where)
+
+    def _check_material(self, where: str) -> None:
+        """Parse what gRPC would otherwise reject only when it binds or dials, with no word of why.
+        Messages name the setting, never the key's bytes."""
+
+        def source(name: str) -> str:
+            return f"tls.{name}_pem" if getattr(self, name + "_pem") else f"tls.{name} {getattr(self, name)}"
+
+        certificates: dict[str, x509.Certificate] = {}
+        for name in ("ca", "cert"):
+            try:
+                certificates[name] = x509.load_pem_x509_certificates(self.material(name))[0]
+            except ValueError:
+                raise ConfigError(f"{where}: {source(name)} holds no PEM certificate") from None
+        try:
+            key = serialization.load_pem_private_key(self.material("key"), password=None)
+        except (ValueError, TypeError):
+            raise ConfigError(f"{where}: {source('key')} holds no unencrypted PEM private key") from None
+        spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        if key.public_key().public_bytes(*spki) != certificates["cert"].public_key().public_bytes(*spki):
+            raise ConfigError(f"{where}: {source('key')} is not the key of {source('cert')}")
+        now = datetime.datetime.now(datetime.UTC)
+        for name, certificate in certificates.items():
+            if certificate.not_valid_after_utc <= now:
+                expired = certificate.not_valid_after_utc.isoformat()
+                raise ConfigError(f"{where}: {source(name)} expired at {expired}")
 
     def material(self, name: str) -> bytes:
         """The PEM bytes of ``ca``, ``cert`` or ``key``. Raises ConfigError if unreadable."""

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from countersign.canonical import b64url_encode
 from countersign.keys import Ed25519Signer
+from countersign.service.config import ConfigError, TlsConfig
 from countersign.service.localmesh import write_toml
+from countersign.service.tls import PeerIdentity, create_ca, issue_certificate
 
 pytestmark = pytest.mark.daemons
 
@@ -100,3 +106,75 @@ def test_missing_config_file(tmp_path: Path) -> None:
     absent = tmp_path / "absent.toml"
     expected = f"countersign verifier: bad configuration: cannot read config {absent}: No such file or directory"
     assert done.stderr.splitlines() == [expected]
+
+
+def _material(tmp_path: Path) -> dict[str, Path]:
+    """A development CA and a verifier certificate, a second certificate, and bad material beside them."""
+    ca_dir = tmp_path / "ca"
+    create_ca(ca_dir)
+    cert, key = issue_certificate(ca_dir, tmp_path / "certs", "verifier", PeerIdentity("verifier"))
+    _, other_key = issue_certificate(ca_dir, tmp_path / "certs", "other", PeerIdentity("verifier"))
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    leaf = x509.load_pem_x509_certificate(cert.read_bytes())
+    now = datetime.datetime.now(datetime.UTC)
+    expired = (
+        x509.CertificateBuilder()
+        .subject_name(leaf.subject)
+        .issuer_name(leaf.issuer)
+        .public_key(leaf.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=2))
+        .not_valid_after(now - datetime.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = {"ca": ca_dir / "ca.pem", "cert": cert, "key": key, "other_key": other_key}
+    paths["expired"] = tmp_path / "expired.pem"
+    paths["expired"].write_bytes(expired.public_bytes(serialization.Encoding.PEM))
+    paths["garbage"] = tmp_path / "garbage.pem"
+    paths["garbage"].write_text(f"-----BEGIN PRIVATE KEY-----\n{SECRET_LOOKING}\n-----END PRIVATE KEY-----\n")
+    return paths
+
+
+SECRET_LOOKING = "c2VjcmV0LWxvb2tpbmctYnl0ZXMtdGhhdC1tdXN0LW5vdC1sZWFr"
+MATERIAL_CASES = {
+    "ca-garbage": ({"ca": "garbage"}, "tls.ca {garbage} holds no PEM certificate"),
+    "cert-garbage": ({"cert": "garbage"}, "tls.cert {garbage} holds no PEM certificate"),
+    "cert-is-a-key": ({"cert": "key"}, "tls.cert {key} holds no PEM certificate"),
+    "key-garbage": ({"key": "garbage"}, "tls.key {garbage} holds no unencrypted PEM private key"),
+    "key-is-a-cert": ({"key": "cert"}, "tls.key {cert} holds no unencrypted PEM private key"),
+    "key-of-another-cert": ({"key": "other_key"}, "tls.key {other_key} is not the key of tls.cert {cert}"),
+    "cert-expired": ({"cert": "expired"}, "tls.cert {expired} expired at"),
+}
+
+
+@pytest.mark.parametrize("case", MATERIAL_CASES)
+def test_bad_tls_material_is_named_before_any_port_is_bound(tmp_path: Path, case: str) -> None:
+    """Material gRPC cannot use would otherwise surface only as "cannot listen" (or a failed dial):
+    each is a one-line configuration error naming the setting and file, never the file's bytes."""
+    paths = _material(tmp_path)
+    choice, expected = MATERIAL_CASES[case]
+    tls = {name: str(paths[choice.get(name, name)]) for name in ("ca", "cert", "key")}
+    if case == "cert-expired":  # the expired certificate is the key's own: only the date is wrong
+        tls["key"] = str(paths["key"])
+    config = tmp_path / f"{case}.toml"
+    write_toml(config, base("verifier", tmp_path) | {"tls": tls})
+    done = serve("verifier", config)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("countersign verifier: bad configuration: "), lines[0]
+    assert expected.format(**{name: str(path) for name, path in paths.items()}) in lines[0]
+    assert SECRET_LOOKING not in done.stderr
+    assert not (tmp_path / "ready").exists()
+
+
+def test_good_tls_material_passes_the_same_checks(tmp_path: Path) -> None:
+    paths = _material(tmp_path)
+    tls = TlsConfig(ca=str(paths["ca"]), cert=str(paths["cert"]), key=str(paths["key"]))
+    tls.validate("verifier")  # raises ConfigError on any of the cases above
+    inline = TlsConfig(
+        ca_pem=paths["ca"].read_text(), cert_pem=paths["cert"].read_text(), key_pem=paths["other_key"].read_text()
+    )
+    with pytest.raises(ConfigError, match=r"tls\.key_pem is not the key of tls\.cert_pem"):
+        inline.validate("verifier")
