@@ -459,6 +459,14 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         # The parent path is not verified here: the parent's signer co-signs only a record it issued
         # (its leaf binds the prefix by digest), and the parent's co-signature is verified below.
         parent = self._parse_path(request.parent_path)
+        if not request.grant_id or len(request.grant_id) > 64:
+            raise _refuse("INVALID_ARGUMENT", "grant_id is required (at most 64 characters)", INVALID)
+        if not request.parent_key_id:
+            raise _refuse("INVALID_ARGUMENT", "parent_key_id is required (the key the grant names)", INVALID)
+        try:
+            parse_address(request.parent_signer, "parent_signer")
+        except ConfigError as exc:
+            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
         parent_record = parent.leaf.record
         if parent_record.deployer == self._config.deployer:
             raise _refuse("POLICY_REFUSED", "a delegation crosses deployers; use IssueLocalChild")
@@ -521,8 +529,6 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             )
             return proposal, child_cosig, None
 
-        if not request.grant_id or len(request.grant_id) > 64:
-            raise _refuse("INVALID_ARGUMENT", "grant_id is required (at most 64 characters)", INVALID)
         return self._store.transaction(propose, durable=False)
 
     def _ask_parent(
@@ -542,10 +548,6 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         )
         started = time.perf_counter()
         outcome = "error"
-        try:
-            parse_address(request.parent_signer, "parent_signer")
-        except ConfigError as exc:
-            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
         lanes = self._peer(request.parent_signer, parent_deployer)
         try:
             response = lanes.ask(call, self._config.cosign_timeout_ms / 1000)

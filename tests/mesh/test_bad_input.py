@@ -287,7 +287,7 @@ def test_malformed_evidence_fields(
         "IssueReceipt": signer_pb2.IssueReceiptRequest(parent_path=bad, output_sha256=sha256(b"")),
         "OpenGrant": signer_pb2.OpenGrantRequest(parent_path=bad, child_deployer="deployer-b"),
         "AcceptDelegation": signer_pb2.AcceptDelegationRequest(
-            parent_path=bad, grant_id="0" * 32, parent_signer="127.0.0.1:1", agent=agent
+            parent_path=bad, grant_id="0" * 32, parent_key_id="k", parent_signer="127.0.0.1:1", agent=agent
         ),
         "CoSignEdge": _cosign(cosign_parts, parent_path=bad),
         "CoSignEdge.child_record": _cosign(cosign_parts, child_record=bad),
@@ -334,17 +334,19 @@ def test_out_of_range_fields(mesh: LocalMesh, raw: Raw, known: Known, still_serv
         ("IssueReceipt", signer_pb2.IssueReceiptRequest(parent_path=root, output_sha256=bytes(32), binding_scope="x")),
         ("IssueLocalChild", signer_pb2.IssueLocalChildRequest(parent_path=root, agent=short_ttl)),
         ("OpenGrant", signer_pb2.OpenGrantRequest(parent_path=root, child_deployer="deployer-b", ttl_ms=-1)),
-        (
-            "AcceptDelegation",
-            signer_pb2.AcceptDelegationRequest(
-                parent_path=_foreign_root(mesh),
-                grant_id="0" * 32,
-                parent_key_id=mesh.deployer_keys["deployer-b"].key_id,
-                parent_signer="no-port",
-                agent=signer_pb2.AgentFields(instance="x", ttl_ms=60_000),
-            ),
-        ),
     ]
+    foreign_root, parent_key = _foreign_root(mesh), mesh.deployer_keys["deployer-b"].key_id
+    delegation = {"grant_id": "0" * 32, "parent_key_id": parent_key, "parent_signer": "127.0.0.1:1"}
+    for change in ({"parent_signer": "no-port"}, {"parent_key_id": ""}, {"grant_id": ""}, {"grant_id": "g" * 65}):
+        fields = delegation | change
+        cases.append(
+            (
+                "AcceptDelegation",
+                signer_pb2.AcceptDelegationRequest(
+                    parent_path=foreign_root, agent=signer_pb2.AgentFields(instance="x", ttl_ms=60_000), **fields
+                ),
+            )
+        )
     grants = grant_count(mesh, "deployer-a")
     for name, message in cases:
         request = message.SerializeToString()  # type: ignore[attr-defined]
