@@ -65,24 +65,27 @@ class TlsConfig:
         def source(name: str) -> str:
             return f"tls.{name}_pem" if getattr(self, name + "_pem") else f"tls.{name} {getattr(self, name)}"
 
-        certificates: dict[str, x509.Certificate] = {}
+        certificates: dict[str, list[x509.Certificate]] = {}
         for name in ("ca", "cert"):
             try:
-                certificates[name] = x509.load_pem_x509_certificates(self.material(name))[0]
+                certificates[name] = x509.load_pem_x509_certificates(self.material(name))
             except ValueError:
                 raise ConfigError(f"{where}: {source(name)} holds no PEM certificate") from None
         try:
             key = serialization.load_pem_private_key(self.material("key"), password=None)
         except (ValueError, TypeError):
             raise ConfigError(f"{where}: {source('key')} holds no unencrypted PEM private key") from None
+        leaf = certificates["cert"][0]  # a chain starts with this daemon's own certificate
         spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-        if key.public_key().public_bytes(*spki) != certificates["cert"].public_key().public_bytes(*spki):
+        if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
             raise ConfigError(f"{where}: {source('key')} is not the key of {source('cert')}")
         now = datetime.datetime.now(datetime.UTC)
-        for name, certificate in certificates.items():
-            if certificate.not_valid_after_utc <= now:
-                expired = certificate.not_valid_after_utc.isoformat()
-                raise ConfigError(f"{where}: {source(name)} expired at {expired}")
+        if leaf.not_valid_after_utc <= now:
+            raise ConfigError(f"{where}: {source('cert')} expired at {leaf.not_valid_after_utc.isoformat()}")
+        # A CA bundle may keep a retired CA beside its successor while certificates move over.
+        if all(ca.not_valid_after_utc <= now for ca in certificates["ca"]):
+            last = max(ca.not_valid_after_utc for ca in certificates["ca"]).isoformat()
+            raise ConfigError(f"{where}: every certificate in {source('ca')} has expired (the last at {last})")
 
     def material(self, name: str) -> bytes:
         """The PEM bytes of ``ca``, ``cert`` or ``key``. Raises ConfigError if unreadable."""

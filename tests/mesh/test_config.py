@@ -128,9 +128,24 @@ def _material(tmp_path: Path) -> dict[str, Path]:
         .not_valid_after(now - datetime.timedelta(days=1))
         .sign(ca_key, hashes.SHA256())
     )
+    ca = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
+    retired_ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca.subject)
+        .issuer_name(ca.subject)
+        .public_key(ca.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=400))
+        .not_valid_after(now - datetime.timedelta(days=35))
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = {"ca": ca_dir / "ca.pem", "cert": cert, "key": key, "other_key": other_key}
     paths["expired"] = tmp_path / "expired.pem"
     paths["expired"].write_bytes(expired.public_bytes(serialization.Encoding.PEM))
+    paths["expired_ca"] = tmp_path / "expired-ca.pem"
+    paths["expired_ca"].write_bytes(retired_ca.public_bytes(serialization.Encoding.PEM))
+    paths["ca_bundle"] = tmp_path / "ca-bundle.pem"  # a retired CA kept beside its successor
+    paths["ca_bundle"].write_bytes(paths["expired_ca"].read_bytes() + paths["ca"].read_bytes())
     paths["garbage"] = tmp_path / "garbage.pem"
     paths["garbage"].write_text(f"-----BEGIN PRIVATE KEY-----\n{SECRET_LOOKING}\n-----END PRIVATE KEY-----\n")
     return paths
@@ -145,6 +160,7 @@ MATERIAL_CASES = {
     "key-is-a-cert": ({"key": "cert"}, "tls.key {cert} holds no unencrypted PEM private key"),
     "key-of-another-cert": ({"key": "other_key"}, "tls.key {other_key} is not the key of tls.cert {cert}"),
     "cert-expired": ({"cert": "expired"}, "tls.cert {expired} expired at"),
+    "ca-expired": ({"ca": "expired_ca"}, "every certificate in tls.ca {expired_ca} has expired"),
 }
 
 
@@ -171,8 +187,9 @@ def test_bad_tls_material_is_named_before_any_port_is_bound(tmp_path: Path, case
 
 def test_good_tls_material_passes_the_same_checks(tmp_path: Path) -> None:
     paths = _material(tmp_path)
-    tls = TlsConfig(ca=str(paths["ca"]), cert=str(paths["cert"]), key=str(paths["key"]))
-    tls.validate("verifier")  # raises ConfigError on any of the cases above
+    for ca in (paths["ca"], paths["ca_bundle"]):
+        tls = TlsConfig(ca=str(ca), cert=str(paths["cert"]), key=str(paths["key"]))
+        tls.validate("verifier")  # raises ConfigError on any of the cases above
     inline = TlsConfig(
         ca_pem=paths["ca"].read_text(), cert_pem=paths["cert"].read_text(), key_pem=paths["other_key"].read_text()
     )
