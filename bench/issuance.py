@@ -19,21 +19,19 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path as FilePath
 from typing import Any
 
 import prometheus_client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.mesh import CLIENT_CPUS, CPUS, SERVICE_CPU, percentiles, pinned_launcher, timed
+from bench.mesh import CLIENT_CPUS, SERVICE_CPU, percentiles, pinned_mesh, timed
 from countersign._proto.v1 import signer_pb2
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.registry import KeyEntry, Registry
 from countersign.service.config import TlsConfig
-from countersign.service.localmesh import LocalMesh
+from countersign.service.localmesh import LocalMesh, histogram_totals
 from countersign.service.tls import open_channel, signer_dns
 from signer.daemon import SignerConfig, SignerMetrics, SignerService
 from signer.store import SignerStore
@@ -53,17 +51,8 @@ BREAKDOWN = (
 def run(quick: bool = False) -> dict[str, Any]:
     count = 200 if quick else 1_000
     results: dict[str, Any] = {"service_cpu": SERVICE_CPU, "client_cpus": sorted(CLIENT_CPUS)}
-    work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-issuance-"))
-    mesh = LocalMesh(work, tls=True, launcher=pinned_launcher, heartbeat_ms=1_000)
-    try:
-        mesh.setup().start_all()
-        mesh.enrol_all()
-        os.sched_setaffinity(0, CLIENT_CPUS)
+    with pinned_mesh("countersign-bench-issuance-") as mesh:
         results.update(_over_grpc(mesh, count))
-    finally:
-        mesh.stop_all()
-        os.sched_setaffinity(0, set(CPUS))
-        shutil.rmtree(work, ignore_errors=True)
     results["in_process_us"] = in_process_issuance(count)
     return results
 
@@ -101,19 +90,7 @@ def _over_grpc(mesh: LocalMesh, count: int) -> dict[str, Any]:
 
 def _histogram(mesh: LocalMesh, daemon: str, name: str, labels: dict[str, str]) -> tuple[float, float]:
     """(sum, count) of one labelled Prometheus histogram on ``daemon``'s metrics port."""
-    port = mesh.daemons[daemon].metrics_port
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    total = observed = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if any(sample.labels.get(k) != v for k, v in labels.items()):
-                continue
-            if sample.name == f"{name}_sum":
-                total += sample.value
-            elif sample.name == f"{name}_count":
-                observed += sample.value
-    return total, observed
+    return histogram_totals(mesh.daemons[daemon].host, mesh.daemons[daemon].metrics_port, name, labels)
 
 
 # --- the same handlers, in one process -------------------------------------------------------------

@@ -9,6 +9,7 @@ timed window.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -147,20 +148,28 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-"))
-    results: dict[str, Any] = {"service_cpu": SERVICE_CPU, "client_cpus": sorted(CLIENT_CPUS)}
+@contextlib.contextmanager
+def pinned_mesh(prefix: str) -> Iterator[LocalMesh]:
+    """A local mesh with mTLS, every daemon on the service CPU and this process on the others while
+    it is open; stopped and removed afterwards."""
+    work = FilePath(tempfile.mkdtemp(prefix=prefix))
     mesh = LocalMesh(work, tls=True, launcher=pinned_launcher, heartbeat_ms=1_000)
     try:
         mesh.setup().start_all()
         mesh.enrol_all()
         os.sched_setaffinity(0, CLIENT_CPUS)
-        results.update(_verification(mesh, quick))
-        results.update(_memory(mesh, quick))
+        yield mesh
     finally:
         mesh.stop_all()
         os.sched_setaffinity(0, set(CPUS))
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    results: dict[str, Any] = {"service_cpu": SERVICE_CPU, "client_cpus": sorted(CLIENT_CPUS)}
+    with pinned_mesh("countersign-bench-") as mesh:
+        results.update(_verification(mesh, quick))
+        results.update(_memory(mesh, quick))
     return results
 
 

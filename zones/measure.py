@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
 from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
+from countersign.service.localmesh import histogram_totals
 from zones.evidence import Evidence, Operator, signed_paths
 from zones.mesh import DEFAULT_POSTGRES_URL, METRICS_OFFSET, REPO_ROOT, ZoneMesh
 from zones.net import check_namespaces
@@ -96,22 +96,9 @@ class ProfileResult:
 
 def histogram(zoned: ZoneMesh, daemon: str, name: str, **labels: str) -> tuple[float, float]:
     """(sum, count) of a Prometheus histogram on ``daemon``'s metrics port."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     host, port = zoned.local.daemons[daemon].address.rsplit(":", 1)
     metrics = zoned.local.daemons[daemon].metrics_port or int(port) + METRICS_OFFSET
-    with urllib.request.urlopen(f"http://{host}:{metrics}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if not all(sample.labels.get(k) == v for k, v in labels.items()):
-                continue
-            if sample.name == f"{name}_sum":
-                total += sample.value
-            elif sample.name == f"{name}_count":
-                count += sample.value
-    return total, count
+    return histogram_totals(host, metrics, name, labels)
 
 
 def proxies_cpu_s(zoned: ZoneMesh) -> float:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,25 @@ class Daemon:
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+
+def histogram_totals(host: str, port: int, name: str, labels: Mapping[str, str]) -> tuple[float, float]:
+    """(sum, count) of the Prometheus histogram ``name`` served on ``host:port``, over the series
+    whose labels include ``labels``: read before and after some calls, the mean of those calls."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if any(sample.labels.get(k) != v for k, v in labels.items()):
+                continue
+            if sample.name == f"{name}_sum":
+                total += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+    return total, count
 
 
 def _toml(value: Any) -> str:
