@@ -89,15 +89,21 @@ def test_bad_configuration_exits_2_with_one_line(tmp_path: Path, daemon: str, ca
     changes, expected = CASES[case]
     config = tmp_path / f"{case}.toml"
     write_toml(config, base(daemon, tmp_path) | changes)
+    assert expected in refused_with_one_line(daemon, config, tmp_path)
+
+
+def refused_with_one_line(daemon: str, config: Path, tmp_path: Path) -> str:
+    """Serve ``config``; assert the daemon refused it (exit 2, one line on stderr, no traceback,
+    nothing served) and return that line."""
     done = serve(daemon, config)
     lines = done.stderr.splitlines()
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"countersign {daemon}: bad configuration: "), lines[0]
-    assert expected in lines[0]
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
     assert not (tmp_path / "ready").exists()
+    return lines[0]
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
@@ -106,6 +112,24 @@ def test_missing_config_file(tmp_path: Path) -> None:
     absent = tmp_path / "absent.toml"
     expected = f"countersign verifier: bad configuration: cannot read config {absent}: No such file or directory"
     assert done.stderr.splitlines() == [expected]
+
+
+def _expired_copy(
+    certificate: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, valid_days: tuple[int, int]
+) -> x509.Certificate:
+    """``certificate`` (same names and key) re-signed by the CA, valid only from ``valid_days[0]`` to
+    ``valid_days[1]`` days ago."""
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(certificate.subject)
+        .issuer_name(certificate.issuer)
+        .public_key(certificate.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=valid_days[0]))
+        .not_valid_after(now - datetime.timedelta(days=valid_days[1]))
+        .sign(ca_key, hashes.SHA256())
+    )
 
 
 def _material(tmp_path: Path) -> dict[str, Path]:
@@ -117,28 +141,9 @@ def _material(tmp_path: Path) -> dict[str, Path]:
     ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     leaf = x509.load_pem_x509_certificate(cert.read_bytes())
-    now = datetime.datetime.now(datetime.UTC)
-    expired = (
-        x509.CertificateBuilder()
-        .subject_name(leaf.subject)
-        .issuer_name(leaf.issuer)
-        .public_key(leaf.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=2))
-        .not_valid_after(now - datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
-    )
     ca = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
-    retired_ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca.subject)
-        .issuer_name(ca.subject)
-        .public_key(ca.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=400))
-        .not_valid_after(now - datetime.timedelta(days=35))
-        .sign(ca_key, hashes.SHA256())
-    )
+    expired = _expired_copy(leaf, ca_key, valid_days=(2, 1))
+    retired_ca = _expired_copy(ca, ca_key, valid_days=(400, 35))
     paths = {"ca": ca_dir / "ca.pem", "cert": cert, "key": key, "other_key": other_key}
     paths["expired"] = tmp_path / "expired.pem"
     paths["expired"].write_bytes(expired.public_bytes(serialization.Encoding.PEM))
@@ -171,18 +176,11 @@ def test_bad_tls_material_is_named_before_any_port_is_bound(tmp_path: Path, case
     paths = _material(tmp_path)
     choice, expected = MATERIAL_CASES[case]
     tls = {name: str(paths[choice.get(name, name)]) for name in ("ca", "cert", "key")}
-    if case == "cert-expired":  # the expired certificate is the key's own: only the date is wrong
-        tls["key"] = str(paths["key"])
     config = tmp_path / f"{case}.toml"
     write_toml(config, base("verifier", tmp_path) | {"tls": tls})
-    done = serve("verifier", config)
-    lines = done.stderr.splitlines()
-    assert done.returncode == 2, done.stderr
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("countersign verifier: bad configuration: "), lines[0]
-    assert expected.format(**{name: str(path) for name, path in paths.items()}) in lines[0]
-    assert SECRET_LOOKING not in done.stderr
-    assert not (tmp_path / "ready").exists()
+    line = refused_with_one_line("verifier", config, tmp_path)  # the one line: no secret elsewhere
+    assert expected.format(**{name: str(path) for name, path in paths.items()}) in line
+    assert SECRET_LOOKING not in line
 
 
 def test_good_tls_material_passes_the_same_checks(tmp_path: Path) -> None:
