@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -183,9 +182,7 @@ def run_daemon(
 ) -> int:
     """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
     logging_thread = setup_logging(name, log_level)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = StopSignals()
     server, port, health_servicer = create_server(listen, tls, daemon.register, max_workers=max_workers)
     httpd = None
     metrics_port = 0
@@ -198,8 +195,8 @@ def run_daemon(
         "serving",
         extra={"listen": listen, "port": port, "metrics_port": metrics_port, "tls": not tls.insecure_loopback},
     )
-    stop.wait()
-    log.info("stopping", extra={"grace_s": grace_s})
+    signum = stop.wait()
+    log.info("stopping", extra={"grace_s": grace_s, "signal": signal.Signals(signum).name})
     health_servicer.enter_graceful_shutdown()
     stopping = getattr(daemon, "stopping", None)
     if stopping is not None:
@@ -211,6 +208,38 @@ def run_daemon(
     log.info("stopped")
     stop_logging(logging_thread)
     return 0
+
+
+class StopSignals:
+    """SIGTERM and SIGINT, delivered through a pipe the main thread reads.
+
+    The handler must not touch a lock: it runs in the main thread between two bytecodes, which may be
+    inside ``threading.Event.wait`` holding the event's own lock, so a handler that called
+    ``Event.set`` could deadlock and the daemon would ignore SIGTERM until killed. Python's C-level
+    handler writes the signal number to the wakeup fd, from whichever thread the kernel chose, and a
+    signal that arrives before ``wait`` stays in the pipe. Install before the daemon reports ready;
+    a stop signal during the drain changes nothing.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        for signum in self.SIGNALS:
+            signal.signal(signum, _noted)
+
+    def wait(self) -> int:
+        """Block until one of the signals arrives; return its number (each signal is returned once)."""
+        while True:
+            received = os.read(self._read, 1)
+            if received and received[0] in self.SIGNALS:
+                return received[0]
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The Python-level part of a stop signal does nothing: the wakeup fd already carries it."""
 
 
 def write_ready_file(location: str, body: dict[str, int]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import signal
 import time
 from collections.abc import Callable
@@ -101,3 +103,38 @@ def test_sigterm_exits_0_within_the_grace_period(make_mesh: Callable[..., LocalM
         assert code == 0, name
         assert elapsed < GRACE_S, f"{name} took {elapsed:.2f} s to stop"
         assert stopped_cleanly(mesh, name), name
+
+
+STOP_SIGNAL_ROUNDS = """
+import os, queue, random, signal, sys, threading, time
+from countersign.service.server import StopSignals
+
+rounds = int(sys.argv[1])
+stop = StopSignals()
+acknowledged = queue.SimpleQueue()
+
+def send():
+    for _ in range(rounds):
+        time.sleep(random.random() * 2e-4)
+        os.kill(os.getpid(), random.choice((signal.SIGTERM, signal.SIGINT)))
+        acknowledged.get()
+
+threading.Thread(target=send, daemon=True).start()
+received = set()
+for _ in range(rounds):
+    received.add(stop.wait())
+    acknowledged.put(None)
+print(sorted(received))
+"""
+
+
+def test_stop_signals_are_never_lost() -> None:
+    """A stop signal may land anywhere in the main thread, including the moment it starts to wait
+    (where a handler that set a threading.Event once deadlocked a verifier and it ignored SIGTERM).
+    Thousands of signals at random instants must each be seen, promptly."""
+    rounds = 3000
+    finished = subprocess.run(
+        [sys.executable, "-c", STOP_SIGNAL_ROUNDS, str(rounds)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.split() == [f"[{int(signal.SIGINT)},", f"{int(signal.SIGTERM)}]"]
