@@ -1,4 +1,4 @@
-"""A small TCP delay proxy (asyncio): the harness's stand-in for netem on kernels without it.
+"""A small TCP delay proxy (asyncio protocols): the harness's stand-in for netem on kernels without it.
 
 One process serves several *routes*. A route listens on ``listen`` and forwards every accepted
 connection to ``target``, holding each chunk of bytes for a one-way ``delay_ms`` (plus optional
@@ -39,11 +39,11 @@ import signal
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CHUNK = 64 * 1024
 HIGH_WATER = 4 * 1024 * 1024  # bytes held in one direction before reading pauses (back-pressure)
 PR_SET_TIMERSLACK = 29
 
@@ -69,30 +69,44 @@ class Route:
         return dict(self.__dict__)
 
 
-def _abort(writer: asyncio.StreamWriter) -> None:
+def _abort(transport: asyncio.BaseTransport | None) -> None:
     """Close with a reset (SO_LINGER 0), so the other side sees the connection fail, not end."""
-    sock = writer.get_extra_info("socket")
+    if transport is None or transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
+    transport.abort()  # type: ignore[attr-defined]
+
+
+def _nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class Direction:
-    """One direction of one connection: read, stamp a release time, write when it is due."""
+    """One direction of one connection: stamp each chunk read with a release time, write it when due.
 
-    def __init__(
-        self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, not_before: float
-    ) -> None:
+    Driven by transport callbacks and one timer at a time (no tasks, no streams): the proxy's own CPU
+    per chunk is the stand-in's cost, not the link's, and it shares the CPUs with what it measures.
+    """
+
+    def __init__(self, route: Route, source: asyncio.Transport, not_before: float, on_end: Callable[[], None]) -> None:
         self.route = route
-        self.reader = reader
-        self.writer = writer
+        self.source = source
+        self.on_end = on_end
+        self.target: asyncio.Transport | None = None  # None while the upstream connection is being made
         self.queue: collections.deque[tuple[float, bytes | None]] = collections.deque()
         self.held = 0
         self.last_release = not_before
-        self.ready = asyncio.Event()
-        self.drained = asyncio.Event()
-        self.drained.set()
+        self.timer: asyncio.TimerHandle | None = None
+        self.over_high_water = False
+        self.target_full = False
+        self.ended = False  # the end of stream was written on
+        self.loop = asyncio.get_running_loop()
 
     def _release_time(self, now: float) -> float:
         delay = self.route.delay_ms
@@ -102,40 +116,201 @@ class Direction:
         self.last_release = release
         return release
 
-    async def pump_in(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self.drained.wait()
-            data = await self.reader.read(CHUNK)
-            self.queue.append((self._release_time(loop.time()), data or None))
-            self.ready.set()
-            if not data:
-                return
+    def push(self, data: bytes | None) -> None:
+        """Hold ``data`` (None: the end of the stream) for the delay."""
+        self.queue.append((self._release_time(self.loop.time()), data))
+        if data:
             self.held += len(data)
             if self.held > HIGH_WATER:
-                self.drained.clear()
+                self.over_high_water = True
+                self._pace_reading()
+        self.schedule()
 
-    async def pump_out(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            while not self.queue:
-                self.ready.clear()
-                await self.ready.wait()
-            release, data = self.queue[0]
-            wait = release - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self.queue.popleft()
+    def schedule(self) -> None:
+        if self.timer is None and self.queue and self.target is not None:
+            self.timer = self.loop.call_at(self.queue[0][0], self._release)
+
+    def _release(self) -> None:
+        self.timer = None
+        target = self.target
+        assert target is not None
+        now = self.loop.time()
+        while self.queue and self.queue[0][0] <= now:
+            _, data = self.queue.popleft()
             if data is None:
-                if self.writer.can_write_eof():
-                    self.writer.write_eof()
+                if target.can_write_eof():
+                    target.write_eof()
+                self.ended = True
+                self.on_end()
                 return
-            self.writer.write(data)
+            target.write(data)
             self.held -= len(data)
-            if self.held <= HIGH_WATER // 2:
-                self.drained.set()
-            if not self.queue:
-                await self.writer.drain()
+        if self.over_high_water and self.held <= HIGH_WATER // 2:
+            self.over_high_water = False
+            self._pace_reading()
+        self.schedule()
+
+    def target_paused(self, paused: bool) -> None:
+        self.target_full = paused
+        self._pace_reading()
+
+    def _pace_reading(self) -> None:
+        """Back-pressure: stop reading while too much is held or the target's buffer is full."""
+        if self.source.is_closing():
+            return
+        if self.over_high_water or self.target_full:
+            self.source.pause_reading()
+        else:
+            self.source.resume_reading()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.queue.clear()
+
+
+class Link:
+    """One proxied connection: the client's socket, the upstream socket to the target, two directions."""
+
+    def __init__(self, proxy: ProxyServer, route: Route, client: asyncio.Transport) -> None:
+        self.proxy = proxy
+        self.route = route
+        self.client = client
+        self.upstream: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        # The first bytes reach the target no earlier than after the handshake's round trip plus the
+        # one-way delay (3 × delay after connecting), as if the client had connected across the link.
+        self.up = Direction(route, client, loop.time() + 3 * route.delay_ms / 1000, self.ended)
+        self.down: Direction | None = None
+        self.connecting = loop.create_task(self._connect())
+        proxy.links.add(self)
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            upstream, _ = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _UpstreamSide(self),
+                    self.route.target_host,
+                    self.route.target_port,
+                    local_addr=(self.route.source_host, 0) if self.route.source_host else None,
+                ),
+                self.route.connect_timeout_s,
+            )
+        except (OSError, TimeoutError):
+            self.fail()
+            return
+        if self.client.is_closing():  # the client went away while we connected
+            _abort(upstream)
+            return
+        self.upstream = upstream
+        self.down = Direction(self.route, upstream, loop.time(), self.ended)
+        self.down.target = self.client
+        self.up.target = upstream
+        self.up.schedule()
+
+    def received(self, upstream: bool, data: bytes | None) -> None:
+        direction = self.down if upstream else self.up
+        assert direction is not None
+        direction.push(data)
+
+    def paused(self, upstream: bool, paused: bool) -> None:
+        """``upstream``'s socket buffer filled (or drained): pace the direction that writes to it."""
+        direction = self.up if upstream else self.down
+        if direction is not None:
+            direction.target_paused(paused)
+
+    def lost(self, exc: Exception | None) -> None:
+        """Either socket closed: an error resets the other side; an orderly end closes both."""
+        if exc is not None:
+            self.fail()
+        else:
+            self.ended()
+
+    def ended(self) -> None:
+        """Close both sockets once the end of the stream has been written on in both directions."""
+        if self.up.ended and self.down is not None and self.down.ended:
+            self.close()
+
+    def fail(self) -> None:
+        self._stop()
+        _abort(self.client)
+        _abort(self.upstream)
+
+    def close(self) -> None:
+        self._stop()
+        for transport in (self.client, self.upstream):
+            if transport is not None:
+                transport.close()
+
+    def _stop(self) -> None:
+        self.connecting.cancel()
+        self.up.cancel()
+        if self.down is not None:
+            self.down.cancel()
+        self.proxy.links.discard(self)
+
+
+class _Side(asyncio.Protocol):
+    """What one of a link's two sockets reports goes to its link."""
+
+    upstream = False
+    link: Link | None = None
+
+    def data_received(self, data: bytes) -> None:
+        assert self.link is not None
+        self.link.received(self.upstream, data)
+
+    def eof_received(self) -> bool:
+        assert self.link is not None
+        self.link.received(self.upstream, None)
+        return True  # half-close: keep writing the other direction
+
+    def pause_writing(self) -> None:
+        assert self.link is not None
+        self.link.paused(self.upstream, True)
+
+    def resume_writing(self) -> None:
+        assert self.link is not None
+        self.link.paused(self.upstream, False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.link is not None:
+            self.link.lost(exc)
+
+
+class _ClientSide(_Side):
+    """An accepted connection: it starts a link (and the connection to the route's target)."""
+
+    def __init__(self, proxy: ProxyServer, route: Route) -> None:
+        self.proxy = proxy
+        self.route = route
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        _nodelay(transport)
+        self.link = Link(self.proxy, self.route, transport)
+
+
+class _UpstreamSide(_Side):
+    upstream = True
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        _nodelay(transport)
+
+
+class _Echo(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        _nodelay(transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
 
 
 class ProxyServer:
@@ -143,7 +318,7 @@ class ProxyServer:
         self.spec_path = spec_path
         self.routes: dict[str, Route] = {}
         self.servers: list[asyncio.base_events.Server] = []
-        self.connections: set[asyncio.Task[None]] = set()
+        self.links: set[Link] = set()
 
     def load(self) -> list[Route]:
         body = json.loads(self.spec_path.read_text())
@@ -162,100 +337,24 @@ class ProxyServer:
                 current.delay_ms, current.jitter_ms = route.delay_ms, route.jitter_ms
 
     async def start(self) -> dict[str, int]:
+        loop = asyncio.get_running_loop()
         ports: dict[str, int] = {}
         for route in self.load():
             self.routes[route.name] = route
-            handler = self._echo if route.echo else self._handler(route)
-            server = await asyncio.start_server(handler, route.listen_host, route.listen_port, reuse_address=True)
+
+            def factory(route: Route = route) -> asyncio.Protocol:
+                return _Echo() if route.echo else _ClientSide(self, route)
+
+            server = await loop.create_server(factory, route.listen_host, route.listen_port, reuse_address=True)
             self.servers.append(server)
             ports[route.name] = server.sockets[0].getsockname()[1]
         return ports
 
-    def _handler(self, route: Route) -> Any:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            self.connections.add(task)
-            try:
-                await self._forward(route, reader, writer)
-            finally:
-                self.connections.discard(task)
-
-        return handle
-
-    async def _forward(self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        _nodelay(writer)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        # The first bytes reach the target no earlier than after the handshake's round trip plus the
-        # one-way delay (3 × delay after connecting), as if the client had connected across the link.
-        up_first = started + 3 * route.delay_ms / 1000
-        upstream_in = Direction(route, reader, writer, up_first)  # placeholder writer, set below
-        reading = asyncio.ensure_future(upstream_in.pump_in())  # read (and delay) while connecting
-        try:
-            target_reader, target_writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    route.target_host,
-                    route.target_port,
-                    local_addr=(route.source_host, 0) if route.source_host else None,
-                ),
-                route.connect_timeout_s,
-            )
-        except (OSError, TimeoutError):
-            reading.cancel()
-            _abort(writer)
-            return
-        _nodelay(target_writer)
-        upstream_in.writer = target_writer
-        downstream = Direction(route, target_reader, writer, loop.time())
-        tasks = [
-            reading,
-            asyncio.ensure_future(upstream_in.pump_out()),
-            asyncio.ensure_future(downstream.pump_in()),
-            asyncio.ensure_future(downstream.pump_out()),
-        ]
-        failed = False
-        try:
-            pending = set(tasks)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(t.exception() is not None for t in done if not t.cancelled()):
-                    failed = True
-                    break
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for side in (writer, target_writer):
-                if failed:
-                    _abort(side)
-                else:
-                    side.close()
-
-    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        _nodelay(writer)
-        try:
-            while data := await reader.read(CHUNK):
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
     async def close(self) -> None:
         for server in self.servers:
             server.close()
-        for task in list(self.connections):
-            task.cancel()
-        await asyncio.gather(*self.connections, return_exceptions=True)
-
-
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for link in list(self.links):
+            link.fail()
 
 
 def _precise_timers() -> asyncio.AbstractEventLoop:
