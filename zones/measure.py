@@ -22,6 +22,7 @@ PostgreSQL ``synchronous_commit=on``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -29,12 +30,12 @@ import platform
 import shutil
 import socket
 import statistics
-import subprocess
+import struct
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -45,7 +46,7 @@ from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
 from countersign.service.localmesh import histogram_totals
 from zones.evidence import Evidence, Operator, signed_paths
-from zones.mesh import DEFAULT_POSTGRES_URL, METRICS_OFFSET, REPO_ROOT, ZoneMesh
+from zones.mesh import DEFAULT_POSTGRES_URL, METRICS_OFFSET, ZoneMesh
 from zones.net import check_namespaces
 
 PUBLISHED = {
@@ -419,9 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--signature-threads", type=int, default=1, help="the verifiers' signature_threads (docs/operations.md)"
     )
     parser.add_argument(
-        "--spin",
+        "--poll-idle",
         action="store_true",
-        help="keep every CPU out of idle with SCHED_IDLE busy loops (removes the VM's wake-up latency)",
+        help="hold /dev/cpu_dma_latency at 0 while measuring: idle CPUs poll instead of halting the vCPU",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -433,26 +434,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     profiles = ["durable", "fast-commit"] if args.profile == "both" else [args.profile]
-    results = []
-    spinners = start_spinners() if args.spin else []
-    try:
+    with idle_policy(poll=args.poll_idle) as cpu:
         results = run_profiles(args, profiles, log)
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
     command = "python -m zones measure " + " ".join(argv if argv is not None else sys.argv[2:])
-    cpu = "CPUs kept awake by SCHED_IDLE spinners" if args.spin else "CPUs left to idle (no spinners)"
     print(report(results, command=command.strip(), delay_ms=args.delay_ms, mode=args.delay_mode, load=load, cpu=cpu))
     return 0
 
 
-def start_spinners() -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return [
-        subprocess.Popen([sys.executable, "-m", "zones.spin"], env=env, cwd=REPO_ROOT)
-        for _ in range(os.cpu_count() or 1)
-    ]
+@contextlib.contextmanager
+def idle_policy(*, poll: bool) -> Iterator[str]:
+    """With ``poll``, ask the kernel (PM QoS) for 0 µs wake-up latency while measuring, so idle CPUs
+    poll instead of halting: on this VM waking a halted vCPU costs tens to hundreds of microseconds
+    at every hand-off between processes (its kernel line sets ``haltpoll.guest_halt_poll_ns=0``),
+    where an upstream KVM host polls up to 200 µs before halting a guest's vCPU. The request lasts
+    while the file stays open, so it ends with this process whatever happens. Yields how the CPUs idled."""
+    if not poll:
+        yield "CPUs left to idle (the kernel's default)"
+        return
+    try:
+        handle = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+    except OSError as exc:
+        raise SystemExit(f"--poll-idle needs /dev/cpu_dma_latency (root, a kernel with PM QoS): {exc}") from None
+    try:
+        os.write(handle, struct.pack("i", 0))
+        yield "CPUs polling when idle (PM QoS: /dev/cpu_dma_latency held at 0 µs)"
+    finally:
+        os.close(handle)
 
 
 def run_profiles(args: argparse.Namespace, profiles: list[str], log: Callable[[str], None]) -> list[ProfileResult]:
