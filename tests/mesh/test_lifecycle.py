@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
-import signal
 import time
 from collections.abc import Callable
 
