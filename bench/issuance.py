@@ -31,21 +31,12 @@ from countersign._proto.v1 import signer_pb2
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.registry import KeyEntry, Registry
 from countersign.service.config import TlsConfig
-from countersign.service.localmesh import LocalMesh, histogram_totals
+from countersign.service.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_totals
 from countersign.service.tls import open_channel, signer_dns
 from signer.daemon import SignerConfig, SignerMetrics, SignerService
 from signer.store import SignerStore
 
 # (label, daemon, histogram, labels): the issuance seen from inside the signers.
-BREAKDOWN = (
-    ("inside the child's signer (AcceptDelegation)", "deployer-b", "countersign_signer_seconds",
-     {"method": "AcceptDelegation"}),
-    ("its co-signing round trip to the parent's signer", "deployer-b", "countersign_cosign_seconds",
-     {"outcome": "ok"}),
-    ("inside the parent's signer (the co-signing decision)", "deployer-a", "countersign_signer_seconds",
-     {"method": "CoSignEdge"}),
-    ("the parent's durable commit (one fsync)", "deployer-a", "countersign_signer_commit_seconds", {"sync": "full"}),
-)  # fmt: skip
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -69,10 +60,10 @@ def _over_grpc(mesh: LocalMesh, count: int) -> dict[str, Any]:
     grants = iter([parent_runtime.open_grant(root, "deployer-b") for _ in range(count + 20)])
     for _ in range(20):  # warm-up, outside the histogram window below
         child_runtime.accept(root, next(grants), parent_address, "researcher")
-    before = {label: _histogram(mesh, daemon, name, labels) for label, daemon, name, labels in BREAKDOWN}
+    before = {label: _histogram(mesh, daemon, name, labels) for label, daemon, name, labels in ISSUANCE_BREAKDOWN}
     accept = timed(lambda: child_runtime.accept(root, next(grants), parent_address, "researcher"), count, warmup=0)
     breakdown = {}
-    for label, daemon, name, labels in BREAKDOWN:
+    for label, daemon, name, labels in ISSUANCE_BREAKDOWN:
         (sum_before, count_before), (sum_after, count_after) = before[label], _histogram(mesh, daemon, name, labels)
         observed = count_after - count_before
         breakdown[label] = (sum_after - sum_before) / observed * 1e6 if observed else float("nan")

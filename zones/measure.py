@@ -44,7 +44,7 @@ from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
 from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
-from countersign.service.localmesh import histogram_totals
+from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_totals
 from zones.evidence import Evidence, Operator, signed_paths
 from zones.mesh import DEFAULT_POSTGRES_URL, METRICS_OFFSET, ZoneMesh
 from zones.net import check_namespaces
@@ -305,21 +305,15 @@ def run_profile(
             result.rtt_direct_ms = echo_rtt(zoned.echo_address("a", delayed=False), 300)
             result.rtt_route_ms = echo_rtt(zoned.echo_address("a", delayed=True), 300)
             log(f"[{name}] issuance x{issuances}")
-            inside = {
-                "issuance: inside the child's signer": ("deployer-b", "countersign_signer_seconds",
-                                                        {"method": "AcceptDelegation"}),
-                "its co-signing round trip to the parent": ("deployer-b", "countersign_cosign_seconds",
-                                                            {"outcome": "ok"}),
-                "inside the parent's signer": ("deployer-a", "countersign_signer_seconds", {"method": "CoSignEdge"}),
-                "the parent's durable commit": ("deployer-a", "countersign_signer_commit_seconds", {"sync": "full"}),
-            }  # fmt: skip
-            before_all = {label: histogram(zoned, d, n, **labels) for label, (d, n, labels) in inside.items()}
+            before_all = {label: histogram(zoned, d, n, **labels) for label, d, n, labels in ISSUANCE_BREAKDOWN}
             cpu_before = proxies_cpu_s(zoned)
             result.issuance = measure_issuance(zoned, issuances, warmup)
             calls = len(result.issuance.values_ms) + warmup
             result.breakdown["the delay proxies' CPU per issuance"] = (proxies_cpu_s(zoned) - cpu_before) / calls * 1000
-            for label, (daemon, metric, labels) in inside.items():
-                result.breakdown[label] = mean_between(before_all[label], histogram(zoned, daemon, metric, **labels))
+            for label, daemon, metric, labels in ISSUANCE_BREAKDOWN:
+                result.breakdown[f"issuance: {label}"] = mean_between(
+                    before_all[label], histogram(zoned, daemon, metric, **labels)
+                )
             log(f"[{name}] verification x{verifications}")
             for index, client_zone, label in (
                 (0, "b", "client zone-b -> verifier-0 (zone-a, database local)"),

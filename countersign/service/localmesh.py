@@ -63,6 +63,20 @@ class Daemon:
         return self.process is not None and self.process.poll() is None
 
 
+# Where a co-signed issuance's time goes, from the signers' own histograms (docs/operations.md), for a
+# child deployer-b and a parent deployer-a: (what it is, daemon, histogram, labels). Read around the
+# measured issuances with ``histogram_totals`` by the issuance benchmark and by ``zones measure``.
+ISSUANCE_BREAKDOWN: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("inside the child's signer (AcceptDelegation)", "deployer-b", "countersign_signer_seconds",
+     {"method": "AcceptDelegation"}),
+    ("its co-signing round trip to the parent's signer", "deployer-b", "countersign_cosign_seconds",
+     {"outcome": "ok"}),
+    ("inside the parent's signer (the co-signing decision)", "deployer-a", "countersign_signer_seconds",
+     {"method": "CoSignEdge"}),
+    ("the parent's durable commit (one fsync)", "deployer-a", "countersign_signer_commit_seconds", {"sync": "full"}),
+)  # fmt: skip
+
+
 def histogram_totals(host: str, port: int, name: str, labels: Mapping[str, str]) -> tuple[float, float]:
     """(sum, count) of the Prometheus histogram ``name`` served on ``host:port``, over the series
     whose labels include ``labels``: read before and after some calls, the mean of those calls."""
