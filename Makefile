@@ -27,7 +27,7 @@ lint: $(STAMP)
 	sh docker/lint.sh
 
 types: $(STAMP)
-	$(VENV)/bin/mypy countersign signer verifier coordinator zones
+	$(VENV)/bin/mypy countersign signer verifier coordinator zones bench
 
 # System packages for the three-zone tests (iptables, iproute2), installed by the project itself.
 zones-deps:

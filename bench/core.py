@@ -11,6 +11,7 @@ import json
 import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import nacl.bindings
 import rfc8785
@@ -84,7 +85,7 @@ class _Recorder:
 
 
 def raw_primitives(number: int) -> dict[str, float]:
-    record = {
+    record: dict[str, Any] = {
         "v": 1, "construction": "signed-dag", "deployer": "deployer-a", "key_id": "ed25519:" + "a" * 32,
         "agent": {"instance": "researcher-1", "system": "system-1"}, "created_ms": NOW_MS, "expires_ms": NOW_MS + 1,
         "parent": "sha256:" + "b" * 64, "depth": 3, "nonce": "c" * 32, "max_children": 4, "event": "new",

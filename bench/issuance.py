@@ -117,7 +117,7 @@ class _DirectParent:
         self._parent = parent
 
     def ask(self, request: signer_pb2.CoSignEdgeRequest, timeout_s: float) -> signer_pb2.CoSignEdgeResponse:
-        return self._parent._cosign_edge(request, _Context())  # type: ignore[arg-type]
+        return self._parent._cosign_edge(request, _Context())
 
 
 class _InProcessChild(SignerService):

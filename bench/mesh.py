@@ -233,7 +233,7 @@ def _registry(mesh: LocalMesh) -> dict[str, Any]:
             for s in coordinator_log(mesh.daemons["coordinator"].address, mesh.tls_for("client"))
         ]
     )
-    return log.registry.to_json()  # type: ignore[return-value]
+    return log.registry.to_json()
 
 
 def _memory(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
