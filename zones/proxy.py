@@ -181,7 +181,7 @@ class Link:
         loop = asyncio.get_running_loop()
         # The first bytes reach the target no earlier than after the handshake's round trip plus the
         # one-way delay (3 × delay after connecting), as if the client had connected across the link.
-        self.up = Direction(route, client, loop.time() + 3 * route.delay_ms / 1000, self.ended)
+        self.up = Direction(route, client, loop.time() + 3 * route.delay_ms / 1000, self.direction_ended)
         self.down: Direction | None = None
         self.connecting = loop.create_task(self._connect())
         proxy.links.add(self)
@@ -205,7 +205,7 @@ class Link:
             _abort(upstream)
             return
         self.upstream = upstream
-        self.down = Direction(self.route, upstream, loop.time(), self.ended)
+        self.down = Direction(self.route, upstream, loop.time(), self.direction_ended)
         self.down.target = self.client
         self.up.target = upstream
         self.up.schedule()
@@ -226,9 +226,9 @@ class Link:
         if exc is not None:
             self.fail()
         else:
-            self.ended()
+            self.direction_ended()
 
-    def ended(self) -> None:
+    def direction_ended(self) -> None:
         """Close both sockets once the end of the stream has been written on in both directions."""
         if self.up.ended and self.down is not None and self.down.ended:
             self.close()
