@@ -31,12 +31,10 @@ from countersign._proto.v1 import signer_pb2
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.registry import KeyEntry, Registry
 from countersign.service.config import TlsConfig
-from countersign.service.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_totals
+from countersign.service.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_mean
 from countersign.service.tls import open_channel, signer_dns
 from signer.daemon import SignerConfig, SignerMetrics, SignerService
 from signer.store import SignerStore
-
-# (label, daemon, histogram, labels): the issuance seen from inside the signers.
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -60,13 +58,12 @@ def _over_grpc(mesh: LocalMesh, count: int) -> dict[str, Any]:
     grants = iter([parent_runtime.open_grant(root, "deployer-b") for _ in range(count + 20)])
     for _ in range(20):  # warm-up, outside the histogram window below
         child_runtime.accept(root, next(grants), parent_address, "researcher")
-    before = {label: _histogram(mesh, daemon, name, labels) for label, daemon, name, labels in ISSUANCE_BREAKDOWN}
+    before = {label: mesh.histogram_totals(daemon, name, labels) for label, daemon, name, labels in ISSUANCE_BREAKDOWN}
     accept = timed(lambda: child_runtime.accept(root, next(grants), parent_address, "researcher"), count, warmup=0)
-    breakdown = {}
-    for label, daemon, name, labels in ISSUANCE_BREAKDOWN:
-        (sum_before, count_before), (sum_after, count_after) = before[label], _histogram(mesh, daemon, name, labels)
-        observed = count_after - count_before
-        breakdown[label] = (sum_after - sum_before) / observed * 1e6 if observed else float("nan")
+    breakdown = {
+        label: histogram_mean(before[label], mesh.histogram_totals(daemon, name, labels)) * 1e6
+        for label, daemon, name, labels in ISSUANCE_BREAKDOWN
+    }
     both = timed(
         lambda: child_runtime.accept(root, parent_runtime.open_grant(root, "deployer-b"), parent_address, "researcher"),
         count // 2,
@@ -77,11 +74,6 @@ def _over_grpc(mesh: LocalMesh, count: int) -> dict[str, Any]:
     child_runtime.close()
     return {"raw_grpc_rtt_us": raw, "cosigned_issuance_us": accept, "grant_plus_issuance_us": both,
             "breakdown_mean_us": breakdown}  # fmt: skip
-
-
-def _histogram(mesh: LocalMesh, daemon: str, name: str, labels: dict[str, str]) -> tuple[float, float]:
-    """(sum, count) of one labelled Prometheus histogram on ``daemon``'s metrics port."""
-    return histogram_totals(mesh.daemons[daemon].host, mesh.daemons[daemon].metrics_port, name, labels)
 
 
 # --- the same handlers, in one process -------------------------------------------------------------

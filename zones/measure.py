@@ -44,9 +44,9 @@ from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
 from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
-from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_totals
+from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_mean
 from zones.evidence import Evidence, Operator, signed_paths
-from zones.mesh import DEFAULT_POSTGRES_URL, METRICS_OFFSET, ZoneMesh
+from zones.mesh import DEFAULT_POSTGRES_URL, ZoneMesh
 from zones.net import check_namespaces
 
 PUBLISHED = {
@@ -95,13 +95,6 @@ class ProfileResult:
 # --- pieces ---------------------------------------------------------------------------------------
 
 
-def histogram(zoned: ZoneMesh, daemon: str, name: str, **labels: str) -> tuple[float, float]:
-    """(sum, count) of a Prometheus histogram on ``daemon``'s metrics port."""
-    host, port = zoned.local.daemons[daemon].address.rsplit(":", 1)
-    metrics = zoned.local.daemons[daemon].metrics_port or int(port) + METRICS_OFFSET
-    return histogram_totals(host, metrics, name, labels)
-
-
 def proxies_cpu_s(zoned: ZoneMesh) -> float:
     """CPU seconds the delay proxies have used so far: the emulated network's cost, which a real
     inter-zone link does not take from the machine's CPUs."""
@@ -111,12 +104,6 @@ def proxies_cpu_s(zoned: ZoneMesh) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks += int(fields[11]) + int(fields[12])  # utime, stime
     return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def mean_between(before: tuple[float, float], after: tuple[float, float]) -> float:
-    """Mean (ms) of the observations made between two histogram readings."""
-    count = after[1] - before[1]
-    return (after[0] - before[0]) / count * 1000 if count else float("nan")
 
 
 def echo_rtt(address: str, count: int) -> float:
@@ -305,15 +292,15 @@ def run_profile(
             result.rtt_direct_ms = echo_rtt(zoned.echo_address("a", delayed=False), 300)
             result.rtt_route_ms = echo_rtt(zoned.echo_address("a", delayed=True), 300)
             log(f"[{name}] issuance x{issuances}")
-            before_all = {label: histogram(zoned, d, n, **labels) for label, d, n, labels in ISSUANCE_BREAKDOWN}
+            histograms = zoned.local.histogram_totals
+            before_all = {label: histograms(d, n, labels) for label, d, n, labels in ISSUANCE_BREAKDOWN}
             cpu_before = proxies_cpu_s(zoned)
             result.issuance = measure_issuance(zoned, issuances, warmup)
             calls = len(result.issuance.values_ms) + warmup
             result.breakdown["the delay proxies' CPU per issuance"] = (proxies_cpu_s(zoned) - cpu_before) / calls * 1000
             for label, daemon, metric, labels in ISSUANCE_BREAKDOWN:
-                result.breakdown[f"issuance: {label}"] = mean_between(
-                    before_all[label], histogram(zoned, daemon, metric, **labels)
-                )
+                after = histograms(daemon, metric, labels)
+                result.breakdown[f"issuance: {label}"] = histogram_mean(before_all[label], after) * 1000
             log(f"[{name}] verification x{verifications}")
             for index, client_zone, label in (
                 (0, "b", "client zone-b -> verifier-0 (zone-a, database local)"),
@@ -321,12 +308,11 @@ def run_profile(
                 (1, "a", "client zone-a -> verifier-1 (zone-b, database remote)"),
             ):
                 service = (f"verifier-{index}", "countersign_verify_seconds")
-                before, cpu_before = histogram(zoned, *service, mode="accept"), proxies_cpu_s(zoned)
+                before, cpu_before = histograms(*service, {"mode": "accept"}), proxies_cpu_s(zoned)
                 result.verification[label] = measure_verification(zoned, index, client_zone, verifications, warmup)
                 where = f"verifier-{index} (client zone-{client_zone})"
-                result.breakdown[f"verification: inside {where}"] = mean_between(
-                    before, histogram(zoned, *service, mode="accept")
-                )
+                after = histograms(*service, {"mode": "accept"})
+                result.breakdown[f"verification: inside {where}"] = histogram_mean(before, after) * 1000
                 result.breakdown[f"the delay proxies' CPU per verification, {where}"] = (
                     (proxies_cpu_s(zoned) - cpu_before) / (verifications + warmup) * 1000
                 )

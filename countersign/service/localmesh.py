@@ -65,7 +65,7 @@ class Daemon:
 
 # Where a co-signed issuance's time goes, from the signers' own histograms (docs/operations.md), for a
 # child deployer-b and a parent deployer-a: (what it is, daemon, histogram, labels). Read around the
-# measured issuances with ``histogram_totals`` by the issuance benchmark and by ``zones measure``.
+# measured issuances with ``LocalMesh.histogram_totals`` by the issuance benchmark and ``zones measure``.
 ISSUANCE_BREAKDOWN: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("inside the child's signer (AcceptDelegation)", "deployer-b", "countersign_signer_seconds",
      {"method": "AcceptDelegation"}),
@@ -77,23 +77,10 @@ ISSUANCE_BREAKDOWN: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )  # fmt: skip
 
 
-def histogram_totals(host: str, port: int, name: str, labels: Mapping[str, str]) -> tuple[float, float]:
-    """(sum, count) of the Prometheus histogram ``name`` served on ``host:port``, over the series
-    whose labels include ``labels``: read before and after some calls, the mean of those calls."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if any(sample.labels.get(k) != v for k, v in labels.items()):
-                continue
-            if sample.name == f"{name}_sum":
-                total += sample.value
-            elif sample.name == f"{name}_count":
-                count += sample.value
-    return total, count
+def histogram_mean(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Mean (seconds) of the observations made between two ``histogram_totals`` readings; NaN if none."""
+    count = after[1] - before[1]
+    return (after[0] - before[0]) / count if count else float("nan")
 
 
 def _toml(value: Any) -> str:
@@ -292,6 +279,25 @@ class LocalMesh:
             return "\n".join(self.daemons[name].log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def histogram_totals(self, name: str, metric: str, labels: Mapping[str, str]) -> tuple[float, float]:
+        """(sum, count) of the Prometheus histogram ``metric`` on daemon ``name``'s metrics port, over the
+        series whose labels include ``labels``: read before and after some calls, the mean of those calls."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        daemon = self.daemons[name]
+        with urllib.request.urlopen(f"http://{daemon.host}:{daemon.metrics_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        total = count = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if any(sample.labels.get(k) != v for k, v in labels.items()):
+                    continue
+                if sample.name == f"{metric}_sum":
+                    total += sample.value
+                elif sample.name == f"{metric}_count":
+                    count += sample.value
+        return total, count
 
     # --- enrolment and clients -------------------------------------------------------------------
 
