@@ -9,14 +9,17 @@ With about 1 ms of round trip between zones (0.5 ms one way on every inter-zone 
 3. revocation propagation: from just before the operator's ``Submit`` (the coordinator accepts it
    on receipt) until EVERY verifier rejects a path signed by the revoked key with ``KEY_REVOKED``.
 
-Each is measured under two storage profiles, because on this machine a disk ``fsync`` costs about
-4 ms and every issuance and every accept commits (SQLite ``synchronous=FULL`` in both signers,
-PostgreSQL ``synchronous_commit=on``):
+Each is measured under two storage profiles, because a disk ``fsync`` on this machine has cost
+anything from 0.1 to 4 ms, and every issuance and every accept waits for one (the parent signer's
+SQLite ``synchronous=FULL``, PostgreSQL ``synchronous_commit=on``):
 
 * ``durable``: daemon state on disk, PostgreSQL as configured;
 * ``fast-commit``: daemon state on tmpfs and the verifiers' PostgreSQL sessions with
   ``synchronous_commit=off`` — what a disk with a sub-millisecond fsync would show. Not a
   production setting: a PostgreSQL crash may forget the last consumed nonces.
+
+Each profile also measures this host's raw costs in the same run and prints every figure beside
+the floor they set (``zones/floor.py``).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
 from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_mean
 from zones.evidence import Evidence, Operator, signed_paths
-from zones.mesh import DEFAULT_POSTGRES_URL, ZoneMesh
+from zones.floor import RawCosts, measure_raw
+from zones.mesh import DATABASE_ZONE, DEFAULT_POSTGRES_URL, PLACEMENT, ZoneMesh
 from zones.net import check_namespaces
 
 PUBLISHED = {
@@ -54,6 +58,12 @@ PUBLISHED = {
     "verification": (5.015, 6.642),
 }
 REVOCATION_TARGET_P99_MS = 1000.0
+# (verifier, the client's zone, label): the three ways a verification can cross zones.
+VERIFICATIONS = (
+    (0, "b", "client zone-b -> verifier-0 (zone-a, database local)"),
+    (1, "b", "client zone-b -> verifier-1 (zone-b, database remote)"),
+    (1, "a", "client zone-a -> verifier-1 (zone-b, database remote)"),
+)
 MEASURE_DEPLOYER = "deployer-rev"
 
 
@@ -90,6 +100,7 @@ class ProfileResult:
     revocation_misses: int = 0
     configured_delay_ms: float = 0.0
     breakdown: dict[str, float] = field(default_factory=dict)
+    raw: RawCosts | None = None
 
 
 # --- pieces ---------------------------------------------------------------------------------------
@@ -291,6 +302,8 @@ def run_profile(
             result.configured_delay_ms = calibrate(zoned, delay_ms, log) if calibrate_delay else delay_ms
             result.rtt_direct_ms = echo_rtt(zoned.echo_address("a", delayed=False), 300)
             result.rtt_route_ms = echo_rtt(zoned.echo_address("a", delayed=True), 300)
+            log(f"[{name}] raw costs")
+            result.raw = measure_raw(zoned, workdir)
             log(f"[{name}] issuance x{issuances}")
             histograms = zoned.local.histogram_totals
             before_all = {label: histograms(d, n, labels) for label, d, n, labels in ISSUANCE_BREAKDOWN}
@@ -302,11 +315,7 @@ def run_profile(
                 after = histograms(daemon, metric, labels)
                 result.breakdown[f"issuance: {label}"] = histogram_mean(before_all[label], after) * 1000
             log(f"[{name}] verification x{verifications}")
-            for index, client_zone, label in (
-                (0, "b", "client zone-b -> verifier-0 (zone-a, database local)"),
-                (1, "b", "client zone-b -> verifier-1 (zone-b, database remote)"),
-                (1, "a", "client zone-a -> verifier-1 (zone-b, database remote)"),
-            ):
+            for index, client_zone, label in VERIFICATIONS:
                 service = (f"verifier-{index}", "countersign_verify_seconds")
                 before, cpu_before = histograms(*service, {"mode": "accept"}), proxies_cpu_s(zoned)
                 result.verification[label] = measure_verification(zoned, index, client_zone, verifications, warmup)
@@ -330,6 +339,12 @@ def _ms(value: float) -> str:
     return f"{value:.3f}"
 
 
+def _floor(series: Series, floor_ms: float | None) -> str:
+    if floor_ms is None or floor_ms <= 0:
+        return "—"
+    return f"{floor_ms:.3f} ({series.mean / floor_ms:.2f}×)"
+
+
 def verdict(value: float, target: float) -> str:
     return "below" if value < target else "ABOVE"
 
@@ -351,26 +366,38 @@ def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, m
             f" zone-a direct {result.rtt_direct_ms:.3f} ms, through an inter-zone route {result.rtt_route_ms:.3f} ms"
             f" (the route adds {result.rtt_route_ms - result.rtt_direct_ms:.3f} ms)"
         )
+    for result in results:
+        if result.raw is not None:
+            lines.append(f"- {result.name}, this host's raw costs in this run: " + "; ".join(result.raw.lines()))
     header = (
         "| measurement | published (3 AWS AZs, no TLS) | profile | n | mean ms | p50 ms | p95 ms | p99 ms"
-        " | vs published |"
+        " | vs published | raw floor ms (mean ÷ floor) |"
     )
-    lines += ["", header, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines += ["", header, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     pub_i, pub_v = PUBLISHED["issuance"], PUBLISHED["verification"]
     for result in results:
         s = result.issuance
         lines.append(
             f"| co-signed cross-deployer issuance (zone-b child, zone-a parent) | {pub_i[0]} mean, p95 {pub_i[1]} "
             f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} | {_ms(s.p(99))} "
-            f"| {verdict(s.mean, pub_i[0])} |"
+            f"| {verdict(s.mean, pub_i[0])} | {_floor(s, result.raw.issuance_floor() if result.raw else None)} |"
         )
     for result in results:
-        for label, s in result.verification.items():
+        for index, client_zone, label in VERIFICATIONS:
+            if label not in result.verification:
+                continue
+            s = result.verification[label]
+            where = PLACEMENT[f"verifier-{index}"]
+            floor = None
+            if result.raw is not None:
+                floor = result.raw.verification_floor(
+                    client_remote=client_zone != where, database_remote=where != DATABASE_ZONE
+                )
             note = f" ({s.discarded} calls met a store outage, not counted)" if s.discarded else ""
             lines.append(
                 f"| full verification, depth-5 SIGNED-DAG, accept: {label}{note} | {pub_v[0]} mean, p95 {pub_v[1]} "
                 f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} "
-                f"| {_ms(s.p(99))} | {verdict(s.mean, pub_v[0])} |"
+                f"| {_ms(s.p(99))} | {verdict(s.mean, pub_v[0])} | {_floor(s, floor)} |"
             )
     for result in results:
         s = result.revocation
@@ -378,7 +405,7 @@ def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, m
         lines.append(
             f"| revocation: operator Submit -> every verifier rejects (KEY_REVOKED) | target p99 < 1000 "
             f"| {result.name} | {len(s.values_ms)}{miss} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} "
-            f"| {_ms(s.p(99))} | p99 {'below' if s.p(99) < REVOCATION_TARGET_P99_MS else 'ABOVE'} target |"
+            f"| {_ms(s.p(99))} | p99 {'below' if s.p(99) < REVOCATION_TARGET_P99_MS else 'ABOVE'} target | — |"
         )
     return "\n".join(lines)
 

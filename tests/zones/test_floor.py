@@ -1,0 +1,135 @@
+"""``zones measure``'s raw floor: it counts what the protocol really does, and measures the routes.
+
+The floor is only worth printing if its counts follow the protocol (a change that adds a signature
+to issuance must move the floor too) and if its round trips really cross the routes they name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from bench.issuance import in_process_issuance
+from countersign.keys import Ed25519Signer, PublicKey
+from countersign.samples import SampleMesh
+from countersign.state import InMemoryState
+from countersign.verify import Mode, SerialSignatures, SignatureCheck, VerifierPolicy, verify_path
+from zones.evidence import signed_paths
+from zones.floor import ISSUANCE_CHECKS, ISSUANCE_SIGNS, PATH_SIGNATURES, RawCosts, libpq_url, measure_raw
+from zones.measure import VERIFICATIONS, ProfileResult, Series, report
+
+COSTS = RawCosts(
+    sign_ms=0.02, verify_ms=0.05, fsync_ms=0.3, grpc_local_ms=0.4, grpc_route_ms=1.4,
+    postgres_local_ms=0.2, postgres_route_ms=1.2,
+)  # fmt: skip
+
+
+def test_the_issuance_floor_counts_the_signatures_one_issuance_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One more (grant, co-signed delegation) through the real handlers makes exactly the signatures
+    and checks the floor charges for."""
+    calls = {"sign": 0, "verify": 0}
+    sign, verify = Ed25519Signer.sign, PublicKey.verify
+
+    def counting_sign(self: Ed25519Signer, message: bytes) -> bytes:
+        calls["sign"] += 1
+        return sign(self, message)
+
+    def counting_verify(self: PublicKey, message: bytes, signature: bytes) -> bool:
+        calls["verify"] += 1
+        return verify(self, message, signature)
+
+    monkeypatch.setattr(Ed25519Signer, "sign", counting_sign)
+    monkeypatch.setattr(PublicKey, "verify", counting_verify)
+    counts = []
+    for issuances in (1, 2):
+        calls.update(sign=0, verify=0)
+        in_process_issuance(issuances)
+        counts.append(dict(calls))
+    assert counts[1]["sign"] - counts[0]["sign"] == ISSUANCE_SIGNS
+    assert counts[1]["verify"] - counts[0]["verify"] == ISSUANCE_CHECKS
+
+
+def test_the_verification_floor_counts_the_signatures_of_the_measured_path() -> None:
+    """``zones measure`` verifies depth-5 SIGNED-DAG paths from ``signed_paths``; verifying one checks
+    exactly ``PATH_SIGNATURES`` signatures."""
+    keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b", "deployer-c")}
+    (item,) = signed_paths(keys, 1, depth=5)
+    checked: list[SignatureCheck] = []
+
+    class Recorder:
+        def first_failure(self, checks: object) -> SignatureCheck | None:
+            checked.extend(checks)  # type: ignore[call-overload]
+            return SerialSignatures().first_failure(checked)
+
+    result = verify_path(
+        item.path, item.output, registry=SampleMesh(dict(keys)).registry, state=InMemoryState(), mode=Mode.AUDIT,
+        now_ms=item.path.leaf.record.created_ms, policy=VerifierPolicy(), signatures=Recorder(),
+    )  # fmt: skip
+    assert result, result
+    assert len(checked) == PATH_SIGNATURES
+
+
+def test_floors_add_the_costs_each_call_cannot_avoid() -> None:
+    crypto = ISSUANCE_SIGNS * COSTS.sign_ms + ISSUANCE_CHECKS * COSTS.verify_ms
+    assert math.isclose(COSTS.issuance_floor(), 0.4 + 1.4 + crypto + 0.3)
+    signatures = PATH_SIGNATURES * COSTS.verify_ms
+    floor = COSTS.verification_floor
+    assert math.isclose(floor(client_remote=False, database_remote=False), 0.4 + signatures + 0.2 + 0.3)
+    assert math.isclose(floor(client_remote=True, database_remote=False), 1.4 + signatures + 0.2 + 0.3)
+    assert math.isclose(floor(client_remote=False, database_remote=True), 0.4 + signatures + 1.2 + 0.3)
+    assert math.isclose(floor(client_remote=True, database_remote=True), 1.4 + signatures + 1.2 + 0.3)
+
+
+def test_the_report_puts_each_figure_beside_its_floor() -> None:
+    result = ProfileResult("durable", raw=COSTS)
+    result.issuance = Series([4.0, 4.0])
+    for _, _, label in VERIFICATIONS:
+        result.verification[label] = Series([6.0])
+    result.revocation = Series([12.0])
+    text = report([result], command="python -m zones measure", delay_ms=0.5, mode="auto", load="0", cpu="idle")
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    issuance_floor = COSTS.issuance_floor()
+    (issuance,) = [row for row in rows if "co-signed cross-deployer issuance" in row]
+    assert issuance.endswith(f"| {issuance_floor:.3f} ({4.0 / issuance_floor:.2f}×) |"), issuance
+    # verifier-0 is in the database's zone (a), the client in b: remote client, local database; and so on.
+    expected = {
+        VERIFICATIONS[0][2]: COSTS.verification_floor(client_remote=True, database_remote=False),
+        VERIFICATIONS[1][2]: COSTS.verification_floor(client_remote=False, database_remote=True),
+        VERIFICATIONS[2][2]: COSTS.verification_floor(client_remote=True, database_remote=True),
+    }
+    for label, floor in expected.items():
+        (line,) = [row for row in rows if label in row]
+        assert line.endswith(f"| {floor:.3f} ({6.0 / floor:.2f}×) |"), line
+    assert "this host's raw costs in this run" in text
+    bare = report([ProfileResult("durable")], command="c", delay_ms=0.5, mode="auto", load="0", cpu="idle")
+    assert "raw costs" not in bare
+
+
+def test_the_raw_store_round_trip_opens_the_verifiers_connection() -> None:
+    """The store's own ``schema`` goes; every libpq parameter stays as the verifier passes it (the
+    fast-commit profile's ``options`` has a space)."""
+    url = (
+        "postgresql://postgres@10.0.0.1:5433/test?options=-c%20synchronous_commit%3Doff&schema=cs_run&connect_timeout=3"
+    )
+    params = conninfo_to_dict(libpq_url(url))
+    assert params == {
+        "user": "postgres", "host": "10.0.0.1", "port": "5433", "dbname": "test",
+        "options": "-c synchronous_commit=off", "connect_timeout": "3",
+    }  # fmt: skip
+
+
+@pytest.mark.netns
+@pytest.mark.daemons
+@pytest.mark.exclusive
+@pytest.mark.slow
+def test_raw_round_trips_cross_the_routes_they_name(make_zones, tmp_path) -> None:
+    """With 5 ms one way on every route, the 'across a route' round trips pay about 10 ms more than
+    the local ones, and the local ones pay no route at all."""
+    zoned = make_zones(delay_ms=5.0)
+    raw = measure_raw(zoned, tmp_path, count=20)
+    assert raw.grpc_route_ms - raw.grpc_local_ms > 9.0, raw
+    assert raw.postgres_route_ms - raw.postgres_local_ms > 9.0, raw
+    assert raw.grpc_local_ms < 5.0 and raw.postgres_local_ms < 5.0, raw
+    assert 0 < raw.sign_ms < 1.0 and 0 < raw.verify_ms < 1.0 and raw.fsync_ms > 0, raw
