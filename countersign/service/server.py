@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import grpc
 import prometheus_client
@@ -60,11 +60,15 @@ def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
+def _refuse_undecodable(context: grpc.ServicerContext, what: str, request: _Undecodable) -> NoReturn:
+    error = f"{what} is not a valid message: {request.error}"
+    abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
+
+
 def _refusing(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         if isinstance(request, _Undecodable):
-            error = f"the request is not a valid message: {request.error}"
-            abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
+            _refuse_undecodable(context, "the request", request)
         return behaviour(request, context)
 
     return handle
@@ -73,8 +77,7 @@ def _refusing(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable
 def _checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
     for request in requests:
         if isinstance(request, _Undecodable):
-            error = f"a message on the stream is not a valid message: {request.error}"
-            abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
+            _refuse_undecodable(context, "a message on the stream", request)
         yield request
 
 
