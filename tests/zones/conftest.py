@@ -53,12 +53,20 @@ def _unavailable() -> str | None:
 
 
 @pytest.fixture
-def make_zones(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., ZoneMesh]]:
+def zones_available() -> None:
+    """Skip where zones cannot be built (no root, no namespaces); fail where the project's own
+    dependencies are missing."""
     reason = _unavailable()
     if reason is not None:
         pytest.skip(reason)
     if shutil.which("iptables") is None:
         pytest.fail("iptables is not installed: run zones/requirements.sh (as root)", pytrace=False)
+
+
+@pytest.fixture
+def make_zones(
+    zones_available: None, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., ZoneMesh]]:
     made: list[ZoneMesh] = []
     _zones_of_test[request.node.nodeid] = made
 
