@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import nacl.signing
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from countersign.service.tls import open_channel, verifier_dns
+from verifier.stores.postgres import parse_url
 from zones.mesh import ZoneMesh
 
 # What each measured call cannot avoid (see docs/zones.md, "Raw costs and floors"):
@@ -38,7 +38,6 @@ from zones.mesh import ZoneMesh
 ISSUANCE_SIGNS, ISSUANCE_CHECKS = 3, 2
 # full verification of a depth-5 SIGNED-DAG path: 5 record signatures + 4 edges x 2 co-signatures.
 PATH_SIGNATURES = 13
-STORE_PARAMS = ("schema",)  # the verifier store's own URL parameters, which libpq does not know
 
 
 def median_ms(call: Callable[[], object], count: int, warmup: int = 10) -> float:
@@ -131,13 +130,7 @@ def grpc_ms(zoned: ZoneMesh, *, from_zone: str, count: int) -> float:
 
 
 def postgres_ms(zoned: ZoneMesh, zone: str, count: int) -> float:
-    """``SELECT 1`` over the connection a verifier in ``zone`` would open (the same forwarder route)."""
-    with psycopg.connect(libpq_url(zoned.store_url(zone)), autocommit=True) as connection:
+    """``SELECT 1`` over the connection a verifier in ``zone`` opens (its URL, the same forwarder route)."""
+    conninfo, _, _ = parse_url(zoned.store_url(zone))
+    with psycopg.connect(conninfo, autocommit=True) as connection:
         return median_ms(lambda: connection.execute("SELECT 1").fetchone(), count)
-
-
-def libpq_url(store_url: str) -> str:
-    """A verifier store URL without the store's own parameters, every other one kept as it was."""
-    parts = urlsplit(store_url)
-    kept = [(k, v) for k, v in parse_qsl(parts.query) if k not in STORE_PARAMS]
-    return urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from bench.issuance import in_process_issuance
 from countersign.keys import Ed25519Signer, PublicKey
@@ -17,7 +16,7 @@ from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
 from countersign.verify import Mode, SerialSignatures, SignatureCheck, VerifierPolicy, verify_path
 from zones.evidence import signed_paths
-from zones.floor import ISSUANCE_CHECKS, ISSUANCE_SIGNS, PATH_SIGNATURES, RawCosts, libpq_url, measure_raw
+from zones.floor import ISSUANCE_CHECKS, ISSUANCE_SIGNS, PATH_SIGNATURES, RawCosts, measure_raw
 from zones.measure import VERIFICATIONS, ProfileResult, Series, report
 
 COSTS = RawCosts(
@@ -105,19 +104,6 @@ def test_the_report_puts_each_figure_beside_its_floor() -> None:
     assert "this host's raw costs in this run" in text
     bare = report([ProfileResult("durable")], command="c", delay_ms=0.5, mode="auto", load="0", cpu="idle")
     assert "raw costs" not in bare
-
-
-def test_the_raw_store_round_trip_opens_the_verifiers_connection() -> None:
-    """The store's own ``schema`` goes; every libpq parameter stays as the verifier passes it (the
-    fast-commit profile's ``options`` has a space)."""
-    url = (
-        "postgresql://postgres@10.0.0.1:5433/test?options=-c%20synchronous_commit%3Doff&schema=cs_run&connect_timeout=3"
-    )
-    params = conninfo_to_dict(libpq_url(url))
-    assert params == {
-        "user": "postgres", "host": "10.0.0.1", "port": "5433", "dbname": "test",
-        "options": "-c synchronous_commit=off", "connect_timeout": "3",
-    }  # fmt: skip
 
 
 @pytest.mark.netns
