@@ -17,9 +17,7 @@ add on top, and compares across hosts where the absolute figure does not.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ import nacl.signing
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.mesh import timed
 from countersign.service.tls import open_channel, verifier_dns
 from verifier.stores.postgres import parse_url
 from zones.mesh import ZoneMesh
@@ -40,15 +39,8 @@ ISSUANCE_SIGNS, ISSUANCE_CHECKS = 3, 2
 PATH_SIGNATURES = 13
 
 
-def median_ms(call: Callable[[], object], count: int, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(count):
-        started = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+def median_ms(call: Callable[[], object], count: int) -> float:
+    return timed(call, count, warmup=10)["p50"] / 1000
 
 
 @dataclass(frozen=True)
