@@ -17,7 +17,7 @@ from countersign.state import InMemoryState
 from countersign.verify import Mode, SerialSignatures, SignatureCheck, VerifierPolicy, verify_path
 from zones.evidence import signed_paths
 from zones.floor import ISSUANCE_CHECKS, ISSUANCE_SIGNS, PATH_SIGNATURES, RawCosts, measure_raw
-from zones.measure import VERIFICATIONS, ProfileResult, Series, report
+from zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
 
 COSTS = RawCosts(
     sign_ms=0.02, verify_ms=0.05, fsync_ms=0.3, grpc_local_ms=0.4, grpc_route_ms=1.4,
@@ -104,6 +104,22 @@ def test_the_report_puts_each_figure_beside_its_floor() -> None:
     assert "this host's raw costs in this run" in text
     bare = report([ProfileResult("durable")], command="c", delay_ms=0.5, mode="auto", load="0", cpu="idle")
     assert "raw costs" not in bare
+
+
+def test_the_verdict_says_when_the_floor_itself_misses_the_target() -> None:
+    assert verdict(3.0, 3.651, 2.0) == "below"
+    assert verdict(4.0, 3.651, 2.0) == "ABOVE"
+    assert verdict(4.0, 3.651, None) == "ABOVE"
+    assert verdict(4.0, 3.651, 3.7) == "ABOVE (so is this host's floor)"
+    slow_host = RawCosts(
+        sign_ms=0.04, verify_ms=0.09, fsync_ms=0.25, grpc_local_ms=1.0, grpc_route_ms=2.2,
+        postgres_local_ms=0.5, postgres_route_ms=1.2,
+    )  # fmt: skip
+    result = ProfileResult("durable", raw=slow_host)
+    result.issuance = Series([7.0])
+    text = report([result], command="c", delay_ms=0.5, mode="auto", load="0", cpu="idle")
+    (issuance,) = [line for line in text.splitlines() if "co-signed cross-deployer issuance" in line]
+    assert "| ABOVE (so is this host's floor) |" in issuance
 
 
 @pytest.mark.netns
