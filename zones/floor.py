@@ -16,6 +16,7 @@ add on top, and compares across hosts where the absolute figure does not.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Callable
@@ -100,7 +101,7 @@ def fsync_ms(directory: Path, count: int) -> float:
         handle.write(page * 64)
         handle.flush()
         os.fsync(handle.fileno())
-        slots = iter(range(10**9))
+        slots = itertools.count()
 
         def write_and_sync() -> None:
             os.pwrite(handle.fileno(), page, (next(slots) % 64) * 4096)
