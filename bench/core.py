@@ -73,8 +73,9 @@ class Row:
         return self.from_bytes_us / self.raw_signatures_us if self.raw_signatures_us else float("nan")
 
 
-class _Recorder:
-    """Collects the signature checks a verification makes, to time exactly those with the raw library."""
+class RecordingSignatures:
+    """Collects the signature checks a verification makes (then checks them serially): the core bench
+    times exactly those with the raw library, and the zones floor test counts them."""
 
     def __init__(self) -> None:
         self.checks: list[SignatureCheck] = []
@@ -122,7 +123,7 @@ def measure(construction: Construction, depth: int, mesh: SampleMesh, number: in
     policy = VerifierPolicy.unsafe_allow_baselines()
     state = InMemoryState()
     registry = mesh.registry
-    recorder = _Recorder()
+    recorder = RecordingSignatures()
     result = verify_path(
         path, output, registry=registry, state=state, mode=Mode.AUDIT, now_ms=NOW_MS, policy=policy, signatures=recorder
     )

@@ -10,11 +10,12 @@ import math
 
 import pytest
 
+from bench.core import RecordingSignatures
 from bench.issuance import in_process_issuance
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
-from countersign.verify import Mode, SerialSignatures, SignatureCheck, VerifierPolicy, verify_path
+from countersign.verify import Mode, VerifierPolicy, verify_path
 from zones.evidence import signed_paths
 from zones.floor import ISSUANCE_CHECKS, ISSUANCE_SIGNS, PATH_SIGNATURES, RawCosts, measure_raw
 from zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
@@ -55,19 +56,13 @@ def test_the_verification_floor_counts_the_signatures_of_the_measured_path() -> 
     exactly ``PATH_SIGNATURES`` signatures."""
     keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b", "deployer-c")}
     (item,) = signed_paths(keys, 1, depth=5)
-    checked: list[SignatureCheck] = []
-
-    class Recorder:
-        def first_failure(self, checks: object) -> SignatureCheck | None:
-            checked.extend(checks)  # type: ignore[call-overload]
-            return SerialSignatures().first_failure(checked)
-
+    recorder = RecordingSignatures()
     result = verify_path(
         item.path, item.output, registry=SampleMesh(dict(keys)).registry, state=InMemoryState(), mode=Mode.AUDIT,
-        now_ms=item.path.leaf.record.created_ms, policy=VerifierPolicy(), signatures=Recorder(),
+        now_ms=item.path.leaf.record.created_ms, policy=VerifierPolicy(), signatures=recorder,
     )  # fmt: skip
     assert result, result
-    assert len(checked) == PATH_SIGNATURES
+    assert len(recorder.checks) == PATH_SIGNATURES
 
 
 def test_floors_add_the_costs_each_call_cannot_avoid() -> None:
