@@ -119,11 +119,12 @@ class _InProcessChild(SignerService):
         return _DirectParent(self.parent)
 
 
-def in_process_issuance(count: int) -> dict[str, float]:
-    """Issuance p50 etc. (µs) with both signers' handlers called directly, on the service CPU."""
+def in_process_issuance(count: int, directory: FilePath | None = None) -> dict[str, float]:
+    """Issuance p50 etc. (µs) with both signers' handlers called directly, on the service CPU, their
+    SQLite state in a new folder under ``directory`` (default: the temporary directory)."""
     keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b")}
     registry = Registry({name: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for name, k in keys.items()}, 1)
-    work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-inprocess-"))
+    work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-inprocess-", dir=directory))
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {SERVICE_CPU})
 

@@ -12,6 +12,13 @@ figure beside what any implementation of the same protocol pays on this host, in
 
 A floor is the sum of the raw costs a call cannot avoid; ``measured ÷ floor`` says what the daemons
 add on top, and compares across hosts where the absolute figure does not.
+
+A second floor is this design's own: the same handlers the daemons run, called in one
+process with no gRPC (``HandlerCosts``: both signers' issuance handlers on real SQLite state with the
+parent's fsync; a verifier's parse, checks and PostgreSQL consume through the route its zone uses),
+plus one raw round trip per hop. It is what the daemons would cost if serving added nothing: when it
+is above a published target, this implementation cannot meet that target on this host, however
+thin its serving layer.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +34,17 @@ import nacl.signing
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.issuance import in_process_issuance
 from bench.mesh import timed
+from countersign.keys import Ed25519Signer
+from countersign.samples import SampleMesh
+from countersign.service.clients import now_ms
 from countersign.service.tls import open_channel, verifier_dns
+from countersign.verify import Mode, verify_path_bytes
+from verifier.stores import open_store
 from verifier.stores.postgres import parse_url
-from zones.mesh import ZoneMesh
+from zones.evidence import signed_paths
+from zones.mesh import DATABASE_ZONE, DEPLOYERS, ZoneMesh
 
 # What each measured call cannot avoid (see docs/zones.md, "Raw costs and floors"):
 # issuance: the child co-signs, the parent checks that and co-signs, the child checks the parent's
@@ -76,6 +90,63 @@ class RawCosts:
             f"PostgreSQL round trip (a one-row query) from the database's zone {self.postgres_local_ms:.3f} ms,"
             f" from another zone {self.postgres_route_ms:.3f} ms",
         ]
+
+
+@dataclass(frozen=True)
+class HandlerCosts:
+    """Medians in ms of this implementation's handlers called in one process, with no gRPC."""
+
+    issuance_ms: float  # the child's AcceptDelegation, calling the parent's co-signing decision directly
+    accept_local_ms: float  # a verifier's parse + verify_path (accept), PostgreSQL from the database's zone
+    accept_route_ms: float  # the same, PostgreSQL from another zone
+
+    def issuance_floor(self, raw: RawCosts) -> float:
+        """The two handlers, one round trip to the child's signer and one across a route to the parent's."""
+        return raw.grpc_local_ms + raw.grpc_route_ms + self.issuance_ms
+
+    def verification_floor(self, raw: RawCosts, *, client_remote: bool, database_remote: bool) -> float:
+        """One round trip to the verifier and its handler (whose store round trip it already includes)."""
+        grpc_ms = raw.grpc_route_ms if client_remote else raw.grpc_local_ms
+        return grpc_ms + (self.accept_route_ms if database_remote else self.accept_local_ms)
+
+    def lines(self) -> list[str]:
+        return [
+            f"both signers' issuance handlers {self.issuance_ms:.3f} ms",
+            f"a verifier's accept of a depth-5 path {self.accept_local_ms:.3f} ms with the database in its zone,"
+            f" {self.accept_route_ms:.3f} ms with the database a zone away",
+        ]
+
+
+def measure_handlers(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> HandlerCosts:
+    """This implementation's handlers in this process: the signers' on SQLite state in ``state_dir``
+    (the disk the daemons' state is on), the verifier's on the zones' PostgreSQL schema through the
+    forwarder routes the verifiers use."""
+    keys = {deployer: zoned.local.deployer_keys[deployer] for deployer in DEPLOYERS}
+    other_zone = next(zone for zone in zoned.net.zones if zone != DATABASE_ZONE)
+    return HandlerCosts(
+        issuance_ms=in_process_issuance(count, state_dir)["p50"] / 1000,
+        accept_local_ms=accept_ms(zoned, DATABASE_ZONE, keys, count),
+        accept_route_ms=accept_ms(zoned, other_zone, keys, count),
+    )
+
+
+def accept_ms(zoned: ZoneMesh, zone: str, keys: Mapping[str, Ed25519Signer], count: int) -> float:
+    """A verifier's handler in accept mode (parse, every check, the consume) with the store a verifier
+    in ``zone`` opens; fresh depth-5 paths, as ``zones measure`` presents to the daemons."""
+    registry = SampleMesh(dict(keys)).registry
+    presented = iter([(item.data, item.output) for item in signed_paths(keys, count + 10, depth=5)])
+    state = open_store(zoned.store_url(zone))
+
+    def accept() -> None:
+        data, output = next(presented)
+        result = verify_path_bytes(data, output, registry=registry, state=state, mode=Mode.ACCEPT, now_ms=now_ms())
+        if not result:
+            raise RuntimeError(f"a valid depth-5 path was rejected in process: {result}")
+
+    try:
+        return median_ms(accept, count)
+    finally:
+        state.close()
 
 
 def measure_raw(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> RawCosts:

@@ -18,8 +18,8 @@ SQLite ``synchronous=FULL``, PostgreSQL ``synchronous_commit=on``):
   ``synchronous_commit=off`` — what a disk with a sub-millisecond fsync would show. Not a
   production setting: a PostgreSQL crash may forget the last consumed nonces.
 
-Each profile also measures this host's raw costs in the same run and prints every figure beside
-the floor they set (``zones/floor.py``).
+Each profile also measures, in the same run, this host's raw costs and the daemons' own handlers
+called in one process, and prints every figure beside the two floors they set (``zones/floor.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
 from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_mean
 from zones.evidence import Evidence, Operator, signed_paths
-from zones.floor import RawCosts, measure_raw
+from zones.floor import HandlerCosts, RawCosts, measure_handlers, measure_raw
 from zones.mesh import DATABASE_ZONE, DEFAULT_POSTGRES_URL, PLACEMENT, ZoneMesh
 from zones.net import check_namespaces
 
@@ -101,6 +101,7 @@ class ProfileResult:
     configured_delay_ms: float = 0.0
     breakdown: dict[str, float] = field(default_factory=dict)
     raw: RawCosts | None = None
+    handlers: HandlerCosts | None = None
 
 
 # --- pieces ---------------------------------------------------------------------------------------
@@ -304,6 +305,8 @@ def run_profile(
             result.rtt_route_ms = echo_rtt(zoned.echo_address("a", delayed=True), 300)
             log(f"[{name}] raw costs")
             result.raw = measure_raw(zoned, workdir)
+            log(f"[{name}] the same handlers in one process")
+            result.handlers = measure_handlers(zoned, workdir, count=min(300, max(issuances, verifications)))
             log(f"[{name}] issuance x{issuances}")
             histograms = zoned.local.histogram_totals
             before_all = {label: histograms(d, n, labels) for label, d, n, labels in ISSUANCE_BREAKDOWN}
@@ -345,12 +348,17 @@ def _floor(series: Series, floor_ms: float | None) -> str:
     return f"{floor_ms:.3f} ({series.mean / floor_ms:.2f}×)"
 
 
-def verdict(value: float, target: float, floor_ms: float | None = None) -> str:
-    """Whether ``value`` is below the published ``target``; when it is not and this host's floor is not
-    either, the table says so: no implementation meets that target on this host."""
+def verdict(value: float, target: float, floor_ms: float | None = None, design_floor_ms: float | None = None) -> str:
+    """Whether ``value`` is below the published ``target``. When it is not, the table says which floor
+    misses it too: this host's (no implementation meets the target here) or this design's (these
+    handlers do not, however thin the serving around them)."""
     if value < target:
         return "below"
-    return "ABOVE (so is this host's floor)" if floor_ms is not None and floor_ms >= target else "ABOVE"
+    if floor_ms is not None and floor_ms >= target:
+        return "ABOVE (so is this host's floor)"
+    if design_floor_ms is not None and design_floor_ms >= target:
+        return "ABOVE (so is this design's floor here)"
+    return "ABOVE"
 
 
 def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, mode: str, load: str, cpu: str) -> str:
@@ -373,36 +381,42 @@ def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, m
     for result in results:
         if result.raw is not None:
             lines.append(f"- {result.name}, this host's raw costs in this run: " + "; ".join(result.raw.lines()))
+        if result.handlers is not None:
+            lines.append(
+                f"- {result.name}, the daemons' handlers called in one process (no gRPC) in this run: "
+                + "; ".join(result.handlers.lines())
+            )
     header = (
         "| measurement | published (3 AWS AZs, no TLS) | profile | n | mean ms | p50 ms | p95 ms | p99 ms"
-        " | vs published | raw floor ms (mean ÷ floor) |"
+        " | vs published | raw floor ms (mean ÷ floor) | design floor ms (mean ÷ floor) |"
     )
-    lines += ["", header, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    lines += ["", header, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     pub_i, pub_v = PUBLISHED["issuance"], PUBLISHED["verification"]
     for result in results:
-        s = result.issuance
-        floor = result.raw.issuance_floor() if result.raw is not None else None
+        s, raw, handlers = result.issuance, result.raw, result.handlers
+        floor = raw.issuance_floor() if raw is not None else None
+        design = handlers.issuance_floor(raw) if handlers is not None and raw is not None else None
         lines.append(
             f"| co-signed cross-deployer issuance (zone-b child, zone-a parent) | {pub_i[0]} mean, p95 {pub_i[1]} "
             f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} | {_ms(s.p(99))} "
-            f"| {verdict(s.mean, pub_i[0], floor)} | {_floor(s, floor)} |"
+            f"| {verdict(s.mean, pub_i[0], floor, design)} | {_floor(s, floor)} | {_floor(s, design)} |"
         )
     for result in results:
+        raw, handlers = result.raw, result.handlers
         for index, client_zone, label in VERIFICATIONS:
             if label not in result.verification:
                 continue
             s = result.verification[label]
             where = PLACEMENT[f"verifier-{index}"]
-            floor = None
-            if result.raw is not None:
-                floor = result.raw.verification_floor(
-                    client_remote=client_zone != where, database_remote=where != DATABASE_ZONE
-                )
+            placement = {"client_remote": client_zone != where, "database_remote": where != DATABASE_ZONE}
+            floor = raw.verification_floor(**placement) if raw is not None else None
+            design = handlers.verification_floor(raw, **placement) if handlers is not None and raw is not None else None
             note = f" ({s.discarded} calls met a store outage, not counted)" if s.discarded else ""
             lines.append(
                 f"| full verification, depth-5 SIGNED-DAG, accept: {label}{note} | {pub_v[0]} mean, p95 {pub_v[1]} "
                 f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} "
-                f"| {_ms(s.p(99))} | {verdict(s.mean, pub_v[0], floor)} | {_floor(s, floor)} |"
+                f"| {_ms(s.p(99))} | {verdict(s.mean, pub_v[0], floor, design)} | {_floor(s, floor)} "
+                f"| {_floor(s, design)} |"
             )
     for result in results:
         s = result.revocation
@@ -410,7 +424,7 @@ def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, m
         lines.append(
             f"| revocation: operator Submit -> every verifier rejects (KEY_REVOKED) | target p99 < 1000 "
             f"| {result.name} | {len(s.values_ms)}{miss} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} "
-            f"| {_ms(s.p(99))} | p99 {'below' if s.p(99) < REVOCATION_TARGET_P99_MS else 'ABOVE'} target | — |"
+            f"| {_ms(s.p(99))} | p99 {'below' if s.p(99) < REVOCATION_TARGET_P99_MS else 'ABOVE'} target | — | — |"
         )
     return "\n".join(lines)
 

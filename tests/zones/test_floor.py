@@ -1,12 +1,16 @@
-"""``zones measure``'s raw floor: it counts what the protocol really does, and measures the routes.
+"""``zones measure``'s floors: the raw one counts what the protocol really does, and both measure the
+routes they name.
 
-The floor is only worth printing if its counts follow the protocol (a change that adds a signature
-to issuance must move the floor too) and if its round trips really cross the routes they name.
+A floor is only worth printing if its counts follow the protocol (a change that adds a signature
+to issuance must move the floor too), if its round trips really cross the routes they name, and (the
+design floor) if the handlers it times are the daemons' own, doing the whole of their work.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,14 +20,26 @@ from countersign.keys import Ed25519Signer, PublicKey
 from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, verify_path
+from verifier.stores import open_store
+from zones import floor as floor_module
 from zones.evidence import signed_paths
-from zones.floor import ISSUANCE_CHECKS, ISSUANCE_SIGNS, PATH_SIGNATURES, RawCosts, measure_raw
+from zones.floor import (
+    ISSUANCE_CHECKS,
+    ISSUANCE_SIGNS,
+    PATH_SIGNATURES,
+    HandlerCosts,
+    RawCosts,
+    accept_ms,
+    measure_handlers,
+    measure_raw,
+)
 from zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
 
 COSTS = RawCosts(
     sign_ms=0.02, verify_ms=0.05, fsync_ms=0.3, grpc_local_ms=0.4, grpc_route_ms=1.4,
     postgres_local_ms=0.2, postgres_route_ms=1.2,
 )  # fmt: skip
+HANDLERS = HandlerCosts(issuance_ms=1.5, accept_local_ms=2.5, accept_route_ms=3.5)
 
 
 def test_the_issuance_floor_counts_the_signatures_one_issuance_makes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,8 +92,48 @@ def test_floors_add_the_costs_each_call_cannot_avoid() -> None:
     assert math.isclose(floor(client_remote=True, database_remote=True), 1.4 + signatures + 1.2 + 0.3)
 
 
+def test_design_floors_add_the_handlers_to_one_round_trip_per_hop() -> None:
+    assert math.isclose(HANDLERS.issuance_floor(COSTS), 0.4 + 1.4 + 1.5)
+    floor = HANDLERS.verification_floor
+    assert math.isclose(floor(COSTS, client_remote=False, database_remote=False), 0.4 + 2.5)
+    assert math.isclose(floor(COSTS, client_remote=True, database_remote=False), 1.4 + 2.5)
+    assert math.isclose(floor(COSTS, client_remote=False, database_remote=True), 0.4 + 3.5)
+    assert math.isclose(floor(COSTS, client_remote=True, database_remote=True), 1.4 + 3.5)
+
+
+def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path) -> None:
+    """``accept_ms`` verifies and consumes a fresh valid path per call, in the store the named zone's
+    verifiers open: afterwards that store holds every path's nonce and its four edges (warm-up calls
+    included), and the other zone's store holds nothing."""
+    keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b", "deployer-c")}
+    urls = {zone: f"sqlite:///{tmp_path / zone}.db" for zone in ("a", "b")}
+    zoned = SimpleNamespace(store_url=lambda zone: urls[zone])
+    median = accept_ms(zoned, "b", keys, 5)  # type: ignore[arg-type]
+    assert 0 < median < 1_000
+    calls = 5 + 10  # 10 warm-up calls
+    for zone, entries in (("a", 0), ("b", calls * (1 + 4))):  # one nonce and four child-set entries per path
+        state = open_store(urls[zone])
+        try:
+            assert state.entry_count() == entries, zone
+        finally:
+            state.close()
+
+
+def test_the_verifier_handler_floor_refuses_to_time_rejections(tmp_path: Path) -> None:
+    """A rejected path is not a verification to time: paths signed by keys the registry does not hold
+    stop the measurement instead of timing an early rejection."""
+    keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b", "deployer-c")}
+    strangers = {name: Ed25519Signer.generate() for name in keys}
+    zoned = SimpleNamespace(store_url=lambda zone: f"sqlite:///{tmp_path / zone}.db")
+    real = floor_module.signed_paths
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(floor_module, "signed_paths", lambda _keys, count, depth: real(strangers, count, depth=depth))
+        with pytest.raises(RuntimeError, match="rejected in process"):
+            accept_ms(zoned, "a", keys, 3)  # type: ignore[arg-type]
+
+
 def test_the_report_puts_each_figure_beside_its_floor() -> None:
-    result = ProfileResult("durable", raw=COSTS)
+    result = ProfileResult("durable", raw=COSTS, handlers=HANDLERS)
     result.issuance = Series([4.0, 4.0])
     for _, _, label in VERIFICATIONS:
         result.verification[label] = Series([6.0])
@@ -85,20 +141,26 @@ def test_the_report_puts_each_figure_beside_its_floor() -> None:
     text = report([result], command="python -m zones measure", delay_ms=0.5, mode="auto", load="0", cpu="idle")
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     issuance_floor = COSTS.issuance_floor()
+    design_floor = HANDLERS.issuance_floor(COSTS)
     (issuance,) = [row for row in rows if "co-signed cross-deployer issuance" in row]
-    assert issuance.endswith(f"| {issuance_floor:.3f} ({4.0 / issuance_floor:.2f}×) |"), issuance
+    assert issuance.endswith(
+        f"| {issuance_floor:.3f} ({4.0 / issuance_floor:.2f}×) | {design_floor:.3f} ({4.0 / design_floor:.2f}×) |"
+    ), issuance
     # verifier-0 is in the database's zone (a), the client in b: remote client, local database; and so on.
-    expected = {
-        VERIFICATIONS[0][2]: COSTS.verification_floor(client_remote=True, database_remote=False),
-        VERIFICATIONS[1][2]: COSTS.verification_floor(client_remote=False, database_remote=True),
-        VERIFICATIONS[2][2]: COSTS.verification_floor(client_remote=True, database_remote=True),
+    placements = {
+        VERIFICATIONS[0][2]: {"client_remote": True, "database_remote": False},
+        VERIFICATIONS[1][2]: {"client_remote": False, "database_remote": True},
+        VERIFICATIONS[2][2]: {"client_remote": True, "database_remote": True},
     }
-    for label, floor in expected.items():
+    for label, placement in placements.items():
+        floor, design = COSTS.verification_floor(**placement), HANDLERS.verification_floor(COSTS, **placement)
         (line,) = [row for row in rows if label in row]
-        assert line.endswith(f"| {floor:.3f} ({6.0 / floor:.2f}×) |"), line
+        assert line.endswith(f"| {floor:.3f} ({6.0 / floor:.2f}×) | {design:.3f} ({6.0 / design:.2f}×) |"), line
     assert "this host's raw costs in this run" in text
+    assert "handlers called in one process (no gRPC) in this run: both signers' issuance handlers 1.500 ms" in text
     bare = report([ProfileResult("durable")], command="c", delay_ms=0.5, mode="auto", load="0", cpu="idle")
-    assert "raw costs" not in bare
+    assert "raw costs" not in bare and "handlers called" not in bare
+    assert all(row.endswith("| — | — |") for row in bare.splitlines() if row.startswith("| co-signed"))
 
 
 def test_the_verdict_says_when_the_floor_itself_misses_the_target() -> None:
@@ -106,6 +168,10 @@ def test_the_verdict_says_when_the_floor_itself_misses_the_target() -> None:
     assert verdict(4.0, 3.651, 2.0) == "ABOVE"
     assert verdict(4.0, 3.651, None) == "ABOVE"
     assert verdict(4.0, 3.651, 3.7) == "ABOVE (so is this host's floor)"
+    assert verdict(4.0, 3.651, 3.7, 5.0) == "ABOVE (so is this host's floor)"  # the host's floor says more
+    assert verdict(4.0, 3.651, 2.0, 3.7) == "ABOVE (so is this design's floor here)"
+    assert verdict(4.0, 3.651, 2.0, 3.0) == "ABOVE"
+    assert verdict(3.0, 3.651, 2.0, 3.7) == "below"
     slow_host = RawCosts(
         sign_ms=0.04, verify_ms=0.09, fsync_ms=0.25, grpc_local_ms=1.0, grpc_route_ms=2.2,
         postgres_local_ms=0.5, postgres_route_ms=1.2,
@@ -131,3 +197,6 @@ def test_raw_round_trips_cross_the_routes_they_name(make_zones, tmp_path) -> Non
     assert raw.postgres_route_ms - raw.postgres_local_ms > 15.0, raw
     assert raw.grpc_local_ms < 10.0 and raw.postgres_local_ms < 10.0, raw
     assert 0 < raw.sign_ms < 1.0 and 0 < raw.verify_ms < 1.0 and raw.fsync_ms > 0, raw
+    handlers = measure_handlers(zoned, tmp_path, count=10)
+    assert handlers.accept_route_ms - handlers.accept_local_ms > 15.0, handlers  # the consume crosses the route
+    assert 0 < handlers.issuance_ms < 100.0 and handlers.accept_local_ms < 50.0, handlers
