@@ -44,7 +44,7 @@ from countersign.verify import Mode, verify_path_bytes
 from verifier.stores import open_store
 from verifier.stores.postgres import parse_url
 from zones.evidence import signed_paths
-from zones.mesh import DATABASE_ZONE, DEPLOYERS, ZoneMesh
+from zones.mesh import DATABASE_ZONE, ZoneMesh
 
 # What each measured call cannot avoid (see docs/zones.md, "Raw costs and floors"):
 # issuance: the child co-signs, the parent checks that and co-signs, the child checks the parent's
@@ -121,7 +121,7 @@ def measure_handlers(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> Hand
     """This implementation's handlers in this process: the signers' on SQLite state in ``state_dir``
     (the disk the daemons' state is on), the verifier's on the zones' PostgreSQL schema through the
     forwarder routes the verifiers use."""
-    keys = {deployer: zoned.local.deployer_keys[deployer] for deployer in DEPLOYERS}
+    keys = zoned.local.deployer_keys
     other_zone = next(zone for zone in zoned.net.zones if zone != DATABASE_ZONE)
     return HandlerCosts(
         issuance_ms=in_process_issuance(count, state_dir)["p50"] / 1000,

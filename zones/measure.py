@@ -180,8 +180,7 @@ def measure_issuance(zoned: ZoneMesh, count: int, warmup: int) -> Series:
 
 
 def measure_verification(zoned: ZoneMesh, index: int, from_zone: str, count: int, warmup: int) -> Series:
-    keys = {d: zoned.local.deployer_keys[d] for d in ("deployer-a", "deployer-b", "deployer-c")}
-    evidence = signed_paths(keys, count + warmup, depth=5)
+    evidence = signed_paths(zoned.local.deployer_keys, count + warmup, depth=5)
     client = zoned.verifier_client(index, from_zone=from_zone)
     try:
         series = Series()

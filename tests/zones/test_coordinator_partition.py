@@ -28,8 +28,7 @@ MARGIN_S = 0.6  # one poll, one verification and scheduling on a loaded machine
 
 def test_verifiers_ride_out_a_coordinator_partition_then_catch_up(make_zones) -> None:
     zoned = make_zones(delay_ms=0.5, staleness_ms=STALENESS_MS, heartbeat_ms=HEARTBEAT_MS)
-    keys = {d: zoned.local.deployer_keys[d] for d in ("deployer-a", "deployer-b", "deployer-c")}
-    paths = iter(signed_paths(keys, 200, depth=3))
+    paths = iter(signed_paths(zoned.local.deployer_keys, 200, depth=3))
     clients = [zoned.verifier_client(i) for i in range(3)]
     pids_before = dict(zoned.pids())
     sequence_before = zoned.registry_sequence("verifier-1")

@@ -32,7 +32,7 @@ POLICY = RetryPolicy(attempts=8, attempt_timeout_s=3.0, deadline_s=30.0, backoff
 
 def test_killing_a_verifier_under_load_loses_and_doubles_nothing(make_zones) -> None:
     zoned = make_zones(delay_ms=0.5)
-    keys = {d: zoned.local.deployer_keys[d] for d in ("deployer-a", "deployer-b", "deployer-c")}
+    keys = zoned.local.deployer_keys
     evidence = signed_paths(keys, PATHS, depth=3)
     victim = "verifier-1"  # zone-b, the clients' own zone: their first choice
     # Clients in zone-b: their own zone's replica first, then the others (through the inter-zone routes).
