@@ -54,8 +54,16 @@ ISSUANCE_SIGNS, ISSUANCE_CHECKS = 3, 2
 PATH_SIGNATURES = 13
 
 
+WARMUP = 10  # calls made before each median is taken
+
+
 def median_ms(call: Callable[[], object], count: int) -> float:
-    return timed(call, count, warmup=10)["p50"] / 1000
+    return timed(call, count, warmup=WARMUP)["p50"] / 1000
+
+
+def remote_zone(zoned: ZoneMesh) -> str:
+    """A zone other than the database's: where a store round trip crosses a route."""
+    return next(zone for zone in zoned.net.zones if zone != DATABASE_ZONE)
 
 
 @dataclass(frozen=True)
@@ -122,11 +130,10 @@ def measure_handlers(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> Hand
     (the disk the daemons' state is on), the verifier's on the zones' PostgreSQL schema through the
     forwarder routes the verifiers use."""
     keys = zoned.local.deployer_keys
-    other_zone = next(zone for zone in zoned.net.zones if zone != DATABASE_ZONE)
     return HandlerCosts(
         issuance_ms=in_process_issuance(count, state_dir)["p50"] / 1000,
         accept_local_ms=accept_ms(zoned, DATABASE_ZONE, keys, count),
-        accept_route_ms=accept_ms(zoned, other_zone, keys, count),
+        accept_route_ms=accept_ms(zoned, remote_zone(zoned), keys, count),
     )
 
 
@@ -134,7 +141,7 @@ def accept_ms(zoned: ZoneMesh, zone: str, keys: Mapping[str, Ed25519Signer], cou
     """A verifier's handler in accept mode (parse, every check, the consume) with the store a verifier
     in ``zone`` opens; fresh depth-5 paths, as ``zones measure`` presents to the daemons."""
     registry = SampleMesh(dict(keys)).registry
-    presented = iter([(item.data, item.output) for item in signed_paths(keys, count + 10, depth=5)])
+    presented = iter([(item.data, item.output) for item in signed_paths(keys, count + WARMUP, depth=5)])
     state = open_store(zoned.store_url(zone))
 
     def accept() -> None:
@@ -160,8 +167,8 @@ def measure_raw(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> RawCosts:
         fsync_ms=fsync_ms(state_dir, count),
         grpc_local_ms=grpc_ms(zoned, from_zone="a", count=count),  # verifier-0 lives in zone-a
         grpc_route_ms=grpc_ms(zoned, from_zone="b", count=count),
-        postgres_local_ms=postgres_ms(zoned, "a", count),  # the database's zone
-        postgres_route_ms=postgres_ms(zoned, "b", count),
+        postgres_local_ms=postgres_ms(zoned, DATABASE_ZONE, count),
+        postgres_route_ms=postgres_ms(zoned, remote_zone(zoned), count),
     )
 
 

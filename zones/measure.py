@@ -103,6 +103,21 @@ class ProfileResult:
     raw: RawCosts | None = None
     handlers: HandlerCosts | None = None
 
+    def issuance_floors(self) -> tuple[float | None, float | None]:
+        """(this host's floor, this design's floor) for issuance; None where not measured."""
+        if self.raw is None:
+            return None, None
+        return self.raw.issuance_floor(), None if self.handlers is None else self.handlers.issuance_floor(self.raw)
+
+    def verification_floors(self, index: int, client_zone: str) -> tuple[float | None, float | None]:
+        """The same for verifier ``index`` called from ``client_zone``."""
+        if self.raw is None:
+            return None, None
+        where = PLACEMENT[f"verifier-{index}"]
+        placement = {"client_remote": client_zone != where, "database_remote": where != DATABASE_ZONE}
+        design = None if self.handlers is None else self.handlers.verification_floor(self.raw, **placement)
+        return self.raw.verification_floor(**placement), design
+
 
 # --- pieces ---------------------------------------------------------------------------------------
 
@@ -392,24 +407,19 @@ def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, m
     lines += ["", header, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     pub_i, pub_v = PUBLISHED["issuance"], PUBLISHED["verification"]
     for result in results:
-        s, raw, handlers = result.issuance, result.raw, result.handlers
-        floor = raw.issuance_floor() if raw is not None else None
-        design = handlers.issuance_floor(raw) if handlers is not None and raw is not None else None
+        s = result.issuance
+        floor, design = result.issuance_floors()
         lines.append(
             f"| co-signed cross-deployer issuance (zone-b child, zone-a parent) | {pub_i[0]} mean, p95 {pub_i[1]} "
             f"| {result.name} | {len(s.values_ms)} | {_ms(s.mean)} | {_ms(s.p(50))} | {_ms(s.p(95))} | {_ms(s.p(99))} "
             f"| {verdict(s.mean, pub_i[0], floor, design)} | {_floor(s, floor)} | {_floor(s, design)} |"
         )
     for result in results:
-        raw, handlers = result.raw, result.handlers
         for index, client_zone, label in VERIFICATIONS:
             if label not in result.verification:
                 continue
             s = result.verification[label]
-            where = PLACEMENT[f"verifier-{index}"]
-            placement = {"client_remote": client_zone != where, "database_remote": where != DATABASE_ZONE}
-            floor = raw.verification_floor(**placement) if raw is not None else None
-            design = handlers.verification_floor(raw, **placement) if handlers is not None and raw is not None else None
+            floor, design = result.verification_floors(index, client_zone)
             note = f" ({s.discarded} calls met a store outage, not counted)" if s.discarded else ""
             lines.append(
                 f"| full verification, depth-5 SIGNED-DAG, accept: {label}{note} | {pub_v[0]} mean, p95 {pub_v[1]} "

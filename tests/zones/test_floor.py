@@ -27,6 +27,7 @@ from zones.floor import (
     ISSUANCE_CHECKS,
     ISSUANCE_SIGNS,
     PATH_SIGNATURES,
+    WARMUP,
     HandlerCosts,
     RawCosts,
     accept_ms,
@@ -110,7 +111,7 @@ def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path) -> None:
     zoned = SimpleNamespace(store_url=lambda zone: urls[zone])
     median = accept_ms(zoned, "b", keys, 5)  # type: ignore[arg-type]
     assert 0 < median < 1_000
-    calls = 5 + 10  # 10 warm-up calls
+    calls = 5 + WARMUP
     for zone, entries in (("a", 0), ("b", calls * (1 + 4))):  # one nonce and four child-set entries per path
         state = open_store(urls[zone])
         try:
