@@ -23,6 +23,7 @@ from countersign.service.config import ConfigError, TlsConfig, parse_operator_ke
 from countersign.service.errors import ServiceError, servicer_edge, stream_edge
 from countersign.service.lanes import LaneSlots
 from countersign.service.registry_follower import RegistryFollower, now_ms
+from countersign.service.server import usable_cpus
 from countersign.service.tls import peer_identity
 from countersign.state import VerifierState
 from countersign.verify import (
@@ -44,6 +45,11 @@ MAX_OUTPUT_BYTES = 16 << 20
 MAX_REQUEST_ID = 128
 
 
+def signature_batch(threads: int) -> SignatureBatch:
+    """How a verifier with ``signature_threads = threads`` checks a path's signatures on this host."""
+    return SERIAL if threads == 1 else ThreadedSignatures(threads, cores=usable_cpus())
+
+
 @dataclasses.dataclass
 class VerifierConfig:
     operator_public_key: str
@@ -63,10 +69,10 @@ class VerifierConfig:
     # connection and max_lanes in all, and the server gets max_lanes threads on top of max_workers.
     lanes_per_client: int = 4
     max_lanes: int = 64
-    # Threads that check one path's signatures side by side (libsodium releases the GIL); 1 checks them
-    # one after another. More lowers one verification's latency while cores are idle and gains nothing
-    # on a verifier that is already busy on every core.
-    signature_threads: int = 1
+    # Threads that may check one path's signatures side by side (libsodium releases the GIL), on cores
+    # no other path's checks occupy: one verification's latency falls while cores are idle, and a
+    # verifier busy on every core checks each path on its own thread. 1 checks them one after another.
+    signature_threads: int = 2
     max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
@@ -233,9 +239,7 @@ class VerifierDaemon:
         self.metrics = VerifierMetrics(self.metrics_registry, self.follower)
         # Counted when Prometheus scrapes, not on every collection round (a full scan on DynamoDB).
         self.metrics.store_entries.set_function(self._entry_count)
-        self.signatures: SignatureBatch = (
-            SERIAL if config.signature_threads == 1 else ThreadedSignatures(config.signature_threads)
-        )
+        self.signatures = signature_batch(config.signature_threads)
         self.service = VerifierService(
             self.state, self.follower, config.policy, self.metrics, config.lanes_per_client, config.max_lanes,
             self.signatures,

@@ -123,11 +123,16 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
         return wrapped
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which container runtimes narrow)."""
+    return len(os.sched_getaffinity(0))
+
+
 def worker_count(configured: int) -> int:
     """Handler threads: ``configured``, or with 0 two per CPU this process may run on. Verification
     and signing are CPU-bound and hold the GIL; on one core more threads only add GIL hand-offs (each
     Ed25519 check releases it), while two keep a thread busy when the other waits on a store."""
-    return configured if configured > 0 else 2 * len(os.sched_getaffinity(0))
+    return configured if configured > 0 else 2 * usable_cpus()
 
 
 def create_server(
