@@ -17,13 +17,16 @@ import nacl.bindings
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from bench.mesh import throughput
 from countersign.canonical import b64url_decode_validated, canonicalize_validated
 from countersign.records import Construction, Path
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
+from countersign.service.server import usable_cpus
 from countersign.state import InMemoryState
 from countersign.verify import (
     Mode,
     SerialSignatures,
+    SignatureBatch,
     SignatureCheck,
     ThreadedSignatures,
     VerifierPolicy,
@@ -182,7 +185,48 @@ def run(quick: bool = False) -> dict[str, object]:
     threaded_us = best_us(dag5_threaded, number)
     threaded.close()
     parse_us = best_us(lambda: Path.from_bytes(dag5.to_bytes()), number)
-    return {"primitives": primitives, "rows": rows, "dag5_threaded_us": threaded_us, "dag5_parse_us": parse_us}
+    return {
+        "primitives": primitives,
+        "rows": rows,
+        "dag5_threaded_us": threaded_us,
+        "dag5_parse_us": parse_us,
+        "signature_lanes": signature_lanes(dag5, mesh, quick),
+    }
+
+
+LANE_CLIENTS = (1, 2, 4)
+
+
+def signature_lanes(dag5: Path, mesh: SampleMesh, quick: bool) -> dict[str, Any]:
+    """Depth-5 verifications per second with 1, 2 and 4 client threads in this process (audit mode, no
+    pinning), the signatures checked serially, always split in two, or split only onto free cores as
+    the verifier daemon does. Best of interleaved rounds."""
+    seconds, rounds = (0.3, 1) if quick else (1.0, 3)
+    cores = usable_cpus()
+    strategies: dict[str, SignatureBatch] = {
+        "serial": SerialSignatures(),
+        "always split": ThreadedSignatures(2, cores=1 << 10),  # as if every core were free
+        "split onto free cores": ThreadedSignatures(2, cores=cores),
+    }
+    state = InMemoryState()
+    best: dict[str, dict[int, float]] = {name: dict.fromkeys(LANE_CLIENTS, 0.0) for name in strategies}
+    try:
+        for _ in range(rounds):
+            for clients in LANE_CLIENTS:
+                for name, batch in strategies.items():
+
+                    def call(_: int, batch: SignatureBatch = batch) -> object:
+                        return verify_path(
+                            dag5, b"o", registry=mesh.registry, state=state, mode=Mode.AUDIT, now_ms=NOW_MS,
+                            signatures=batch,
+                        )  # fmt: skip
+
+                    best[name][clients] = max(best[name][clients], throughput(call, clients, seconds))
+    finally:
+        for batch in strategies.values():
+            if isinstance(batch, ThreadedSignatures):
+                batch.close()
+    return {"cpus": cores, "per_second": best}
 
 
 def report(results: dict[str, object]) -> str:
@@ -221,7 +265,25 @@ def report(results: dict[str, object]) -> str:
         f"({'faster' if dag5.verify_us < HDP_DEPTH5_US else 'slower'}), two signature lanes {threaded:.1f} µs "
         f"({'faster' if threaded < HDP_DEPTH5_US else 'slower'}).",
     ]
+    lines += ["", *lanes_report(results["signature_lanes"], dag5.signatures, primitives)]  # type: ignore[arg-type]
     return "\n".join(lines)
+
+
+def lanes_report(lanes: dict[str, Any], signatures: int, primitives: dict[str, float]) -> list[str]:
+    ceiling = 1e6 / (signatures * primitives["ed25519_verify_pynacl_us"])
+    per_second: dict[str, dict[int, float]] = lanes["per_second"]
+    clients = sorted(next(iter(per_second.values())))
+    lines = [
+        f"### Signature lanes under load (depth-5 audits per second, {lanes['cpus']} CPUs, in process; "
+        f"÷ {ceiling:.0f}/s, one core doing nothing but its {signatures} raw signature checks)",
+        "",
+        "| signatures checked | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in clients) + " |",
+        "|---|" + "---:|" * len(clients),
+    ]
+    for name, row in per_second.items():
+        cells = (f"{row[c]:.0f} ({row[c] / ceiling:.2f}×)" for c in clients)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def as_json(results: dict[str, object]) -> str:
