@@ -4,7 +4,8 @@ The published figures came from other machines. A latency measured here moves wi
 VM's loopback mTLS round trip was 0.39 ms one day and 0.81 ms the next), so the report puts each
 figure beside what any implementation of the same protocol pays on this host, in this run:
 
-* the signatures a call must make and check (PyNaCl, as the daemons use);
+* the signatures a call must make and check (PyNaCl, as the daemons use; a verifier's checks split
+  over as many lanes as its ``signature_threads`` and this host's CPUs allow, as the daemon splits them);
 * one ``fdatasync`` of 4 KiB in the directory the signers' state lives in (a spent grant and a
   consumed nonce are synced before the answer);
 * one mTLS gRPC round trip (a health check) inside a zone and across an inter-zone route;
@@ -24,6 +25,7 @@ thin its serving layer.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -39,8 +41,10 @@ from bench.mesh import timed
 from countersign.keys import Ed25519Signer
 from countersign.samples import SampleMesh
 from countersign.service.clients import now_ms
+from countersign.service.server import usable_cpus
 from countersign.service.tls import open_channel, verifier_dns
-from countersign.verify import Mode, verify_path_bytes
+from countersign.verify import SERIAL, Mode, SignatureBatch, ThreadedSignatures, verify_path_bytes
+from verifier.daemon import signature_batch
 from verifier.stores import open_store
 from verifier.stores.postgres import parse_url
 from zones.evidence import signed_paths
@@ -77,6 +81,7 @@ class RawCosts:
     grpc_route_ms: float
     postgres_local_ms: float
     postgres_route_ms: float
+    signature_lanes: int = 1  # threads a verifier checks one path's signatures on, when cores are free
 
     def issuance_floor(self) -> float:
         """The child's runtime and signer in one zone, the parent's signer across a route."""
@@ -87,11 +92,13 @@ class RawCosts:
         """One call to the verifier, its signature checks, one round trip to the store and its commit."""
         grpc_ms = self.grpc_route_ms if client_remote else self.grpc_local_ms
         store_ms = self.postgres_route_ms if database_remote else self.postgres_local_ms
-        return grpc_ms + PATH_SIGNATURES * self.verify_ms + store_ms + self.fsync_ms
+        checks = math.ceil(PATH_SIGNATURES / self.signature_lanes)  # the longest lane's share
+        return grpc_ms + checks * self.verify_ms + store_ms + self.fsync_ms
 
     def lines(self) -> list[str]:
         return [
-            f"Ed25519 sign {self.sign_ms * 1000:.0f} µs, verify {self.verify_ms * 1000:.0f} µs (PyNaCl)",
+            f"Ed25519 sign {self.sign_ms * 1000:.0f} µs, verify {self.verify_ms * 1000:.0f} µs (PyNaCl;"
+            f" a path's {PATH_SIGNATURES} checks on {self.signature_lanes} lane(s))",
             f"fdatasync of 4 KiB in the state directory {self.fsync_ms:.3f} ms",
             f"mTLS gRPC round trip (health check) in one zone {self.grpc_local_ms:.3f} ms,"
             f" across a route {self.grpc_route_ms:.3f} ms",
@@ -125,19 +132,31 @@ class HandlerCosts:
         ]
 
 
-def measure_handlers(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> HandlerCosts:
+def signature_lanes(signature_threads: int) -> int:
+    """The lanes a verifier with ``signature_threads`` splits a depth-5 path's checks into, alone on this host."""
+    return max(1, min(signature_threads, usable_cpus(), PATH_SIGNATURES // 2))
+
+
+def measure_handlers(zoned: ZoneMesh, state_dir: Path, count: int = 300, signature_threads: int = 1) -> HandlerCosts:
     """This implementation's handlers in this process: the signers' on SQLite state in ``state_dir``
     (the disk the daemons' state is on), the verifier's on the zones' PostgreSQL schema through the
-    forwarder routes the verifiers use."""
+    forwarder routes the verifiers use, checking signatures as a verifier with ``signature_threads`` does."""
     keys = zoned.local.deployer_keys
-    return HandlerCosts(
-        issuance_ms=in_process_issuance(count, state_dir)["p50"] / 1000,
-        accept_local_ms=accept_ms(zoned, DATABASE_ZONE, keys, count),
-        accept_route_ms=accept_ms(zoned, remote_zone(zoned), keys, count),
-    )
+    signatures = signature_batch(signature_threads)
+    try:
+        return HandlerCosts(
+            issuance_ms=in_process_issuance(count, state_dir)["p50"] / 1000,
+            accept_local_ms=accept_ms(zoned, DATABASE_ZONE, keys, count, signatures),
+            accept_route_ms=accept_ms(zoned, remote_zone(zoned), keys, count, signatures),
+        )
+    finally:
+        if isinstance(signatures, ThreadedSignatures):
+            signatures.close()
 
 
-def accept_ms(zoned: ZoneMesh, zone: str, keys: Mapping[str, Ed25519Signer], count: int) -> float:
+def accept_ms(
+    zoned: ZoneMesh, zone: str, keys: Mapping[str, Ed25519Signer], count: int, signatures: SignatureBatch = SERIAL
+) -> float:
     """A verifier's handler in accept mode (parse, every check, the consume) with the store a verifier
     in ``zone`` opens; fresh depth-5 paths, as ``zones measure`` presents to the daemons."""
     registry = SampleMesh(dict(keys)).registry
@@ -146,7 +165,9 @@ def accept_ms(zoned: ZoneMesh, zone: str, keys: Mapping[str, Ed25519Signer], cou
 
     def accept() -> None:
         data, output = next(presented)
-        result = verify_path_bytes(data, output, registry=registry, state=state, mode=Mode.ACCEPT, now_ms=now_ms())
+        result = verify_path_bytes(
+            data, output, registry=registry, state=state, mode=Mode.ACCEPT, now_ms=now_ms(), signatures=signatures
+        )
         if not result:
             raise RuntimeError(f"a valid depth-5 path was rejected in process: {result}")
 
@@ -156,7 +177,7 @@ def accept_ms(zoned: ZoneMesh, zone: str, keys: Mapping[str, Ed25519Signer], cou
         state.close()
 
 
-def measure_raw(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> RawCosts:
+def measure_raw(zoned: ZoneMesh, state_dir: Path, count: int = 300, signature_threads: int = 1) -> RawCosts:
     """Every raw cost, against the running zones (their routes carry the calibrated delay)."""
     key = nacl.signing.SigningKey.generate()
     message = os.urandom(650)  # about one record's canonical bytes
@@ -169,6 +190,7 @@ def measure_raw(zoned: ZoneMesh, state_dir: Path, count: int = 300) -> RawCosts:
         grpc_route_ms=grpc_ms(zoned, from_zone="b", count=count),
         postgres_local_ms=postgres_ms(zoned, DATABASE_ZONE, count),
         postgres_route_ms=postgres_ms(zoned, remote_zone(zoned), count),
+        signature_lanes=signature_lanes(signature_threads),
     )
 
 

@@ -48,6 +48,7 @@ from countersign.reasons import Reason
 from countersign.service.clients import VerifierClient
 from countersign.service.errors import ServiceError
 from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_mean
+from verifier.daemon import VerifierConfig
 from zones.evidence import Evidence, Operator, signed_paths
 from zones.floor import HandlerCosts, RawCosts, measure_handlers, measure_raw
 from zones.mesh import DATABASE_ZONE, DEFAULT_POSTGRES_URL, PLACEMENT, ZoneMesh
@@ -304,7 +305,7 @@ def run_profile(
     postgres_url: str,
     log: Callable[[str], None],
     calibrate_delay: bool = True,
-    signature_threads: int = 1,
+    signature_threads: int = VerifierConfig.signature_threads,
 ) -> ProfileResult:
     result = ProfileResult(name)
     workdir = Path(tempfile.mkdtemp(prefix="zones-measure-", dir=base_dir))
@@ -318,9 +319,11 @@ def run_profile(
             result.rtt_direct_ms = echo_rtt(zoned.echo_address("a", delayed=False), 300)
             result.rtt_route_ms = echo_rtt(zoned.echo_address("a", delayed=True), 300)
             log(f"[{name}] raw costs")
-            result.raw = measure_raw(zoned, workdir)
+            result.raw = measure_raw(zoned, workdir, signature_threads=signature_threads)
             log(f"[{name}] the same handlers in one process")
-            result.handlers = measure_handlers(zoned, workdir, count=min(300, max(issuances, verifications)))
+            result.handlers = measure_handlers(
+                zoned, workdir, count=min(300, max(issuances, verifications)), signature_threads=signature_threads
+            )
             log(f"[{name}] issuance x{issuances}")
             histograms = zoned.local.histogram_totals
             before_all = {label: histograms(d, n, labels) for label, d, n, labels in ISSUANCE_BREAKDOWN}
@@ -452,7 +455,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument(
-        "--signature-threads", type=int, default=1, help="the verifiers' signature_threads (docs/operations.md)"
+        "--signature-threads",
+        type=int,
+        default=VerifierConfig.signature_threads,
+        help="the verifiers' signature_threads (docs/operations.md; default: the daemon's)",
     )
     parser.add_argument(
         "--poll-idle",

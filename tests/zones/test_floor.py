@@ -8,6 +8,7 @@ design floor) if the handlers it times are the daemons' own, doing the whole of 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +20,8 @@ from bench.issuance import in_process_issuance
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
-from countersign.verify import Mode, VerifierPolicy, verify_path
+from countersign.verify import Mode, ThreadedSignatures, VerifierPolicy, verify_path
+from verifier.daemon import signature_batch
 from verifier.stores import open_store
 from zones import floor as floor_module
 from zones.evidence import signed_paths
@@ -33,6 +35,7 @@ from zones.floor import (
     accept_ms,
     measure_handlers,
     measure_raw,
+    signature_lanes,
 )
 from zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
 
@@ -93,6 +96,21 @@ def test_floors_add_the_costs_each_call_cannot_avoid() -> None:
     assert math.isclose(floor(client_remote=True, database_remote=True), 1.4 + signatures + 1.2 + 0.3)
 
 
+def test_a_verifier_that_splits_its_checks_is_held_to_its_longest_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the checks split over lanes, the floor counts the longest lane's share (7 of 13 on two
+    lanes), and the lanes are what the daemon would use: no more than the threads, the CPUs or half
+    the checks allow."""
+    split = dataclasses.replace(COSTS, signature_lanes=2)
+    assert math.isclose(
+        split.verification_floor(client_remote=False, database_remote=False), 0.4 + 7 * COSTS.verify_ms + 0.2 + 0.3
+    )
+    assert math.isclose(dataclasses.replace(COSTS, signature_lanes=13).verification_floor(
+        client_remote=True, database_remote=True), 1.4 + COSTS.verify_ms + 1.2 + 0.3)  # fmt: skip
+    for cpus, threads, lanes in ((2, 1, 1), (2, 2, 2), (2, 16, 2), (1, 2, 1), (64, 16, PATH_SIGNATURES // 2)):
+        monkeypatch.setattr(floor_module, "usable_cpus", lambda cpus=cpus: cpus)
+        assert signature_lanes(threads) == lanes, (cpus, threads)
+
+
 def test_design_floors_add_the_handlers_to_one_round_trip_per_hop() -> None:
     assert math.isclose(HANDLERS.issuance_floor(COSTS), 0.4 + 1.4 + 1.5)
     floor = HANDLERS.verification_floor
@@ -102,14 +120,20 @@ def test_design_floors_add_the_handlers_to_one_round_trip_per_hop() -> None:
     assert math.isclose(floor(COSTS, client_remote=True, database_remote=True), 1.4 + 3.5)
 
 
-def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path, threads: int) -> None:
     """``accept_ms`` verifies and consumes a fresh valid path per call, in the store the named zone's
-    verifiers open: afterwards that store holds every path's nonce and its four edges (warm-up calls
-    included), and the other zone's store holds nothing."""
+    verifiers open, checking signatures as the daemon would: afterwards that store holds every path's
+    nonce and its four edges (warm-up calls included), and the other zone's store holds nothing."""
     keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b", "deployer-c")}
     urls = {zone: f"sqlite:///{tmp_path / zone}.db" for zone in ("a", "b")}
     zoned = SimpleNamespace(store_url=lambda zone: urls[zone])
-    median = accept_ms(zoned, "b", keys, 5)  # type: ignore[arg-type]
+    signatures = signature_batch(threads)
+    try:
+        median = accept_ms(zoned, "b", keys, 5, signatures)  # type: ignore[arg-type]
+    finally:
+        if isinstance(signatures, ThreadedSignatures):
+            signatures.close()
     assert 0 < median < 1_000
     calls = 5 + WARMUP
     for zone, entries in (("a", 0), ("b", calls * (1 + 4))):  # one nonce and four child-set entries per path
@@ -193,11 +217,12 @@ def test_raw_round_trips_cross_the_routes_they_name(make_zones, tmp_path) -> Non
     the local ones, and the local ones pay no route at all. The margins leave room for a noisy host
     (a local round trip here has taken up to 1.4 ms) and none for a measurement of the wrong address."""
     zoned = make_zones(delay_ms=10.0)
-    raw = measure_raw(zoned, tmp_path, count=20)
+    raw = measure_raw(zoned, tmp_path, count=20, signature_threads=2)
+    assert raw.signature_lanes == signature_lanes(2)
     assert raw.grpc_route_ms - raw.grpc_local_ms > 15.0, raw
     assert raw.postgres_route_ms - raw.postgres_local_ms > 15.0, raw
     assert raw.grpc_local_ms < 10.0 and raw.postgres_local_ms < 10.0, raw
     assert 0 < raw.sign_ms < 1.0 and 0 < raw.verify_ms < 1.0 and raw.fsync_ms > 0, raw
-    handlers = measure_handlers(zoned, tmp_path, count=10)
+    handlers = measure_handlers(zoned, tmp_path, count=10, signature_threads=2)
     assert handlers.accept_route_ms - handlers.accept_local_ms > 15.0, handlers  # the consume crosses the route
     assert 0 < handlers.issuance_ms < 100.0 and handlers.accept_local_ms < 50.0, handlers
