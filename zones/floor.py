@@ -44,7 +44,7 @@ from countersign.service.clients import now_ms
 from countersign.service.server import usable_cpus
 from countersign.service.tls import open_channel, verifier_dns
 from countersign.verify import SERIAL, Mode, SignatureBatch, ThreadedSignatures, verify_path_bytes
-from verifier.daemon import signature_batch
+from verifier.daemon import VerifierConfig, signature_batch
 from verifier.stores import open_store
 from verifier.stores.postgres import parse_url
 from zones.evidence import signed_paths
@@ -137,7 +137,9 @@ def signature_lanes(signature_threads: int) -> int:
     return max(1, min(signature_threads, usable_cpus(), PATH_SIGNATURES // 2))
 
 
-def measure_handlers(zoned: ZoneMesh, state_dir: Path, count: int = 300, signature_threads: int = 1) -> HandlerCosts:
+def measure_handlers(
+    zoned: ZoneMesh, state_dir: Path, count: int = 300, signature_threads: int = VerifierConfig.signature_threads
+) -> HandlerCosts:
     """This implementation's handlers in this process: the signers' on SQLite state in ``state_dir``
     (the disk the daemons' state is on), the verifier's on the zones' PostgreSQL schema through the
     forwarder routes the verifiers use, checking signatures as a verifier with ``signature_threads`` does."""
@@ -177,7 +179,9 @@ def accept_ms(
         state.close()
 
 
-def measure_raw(zoned: ZoneMesh, state_dir: Path, count: int = 300, signature_threads: int = 1) -> RawCosts:
+def measure_raw(
+    zoned: ZoneMesh, state_dir: Path, count: int = 300, signature_threads: int = VerifierConfig.signature_threads
+) -> RawCosts:
     """Every raw cost, against the running zones (their routes carry the calibrated delay)."""
     key = nacl.signing.SigningKey.generate()
     message = os.urandom(650)  # about one record's canonical bytes
