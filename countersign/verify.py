@@ -120,7 +120,9 @@ class ThreadedSignatures:
             raise ValueError("cores must be at least 1")
         self._busy = 0  # cores the paths being checked now occupy
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=lanes - 1, thread_name_prefix="countersign-verify")
+        # Every helper lane the count lets run gets a thread at once (threads start as needed): at most
+        # all cores but the one each split path keeps for itself.
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self._cores - 1), thread_name_prefix="countersign-verify")
 
     def _take(self, wanted: int) -> int:
         with self._lock:

@@ -103,6 +103,26 @@ def test_while_another_path_holds_the_cores_a_path_is_checked_on_its_own_thread(
     assert _lanes(third) == 2  # the cores were given back
 
 
+def test_paths_split_at_the_same_time_do_not_wait_for_each_other(batch: Any) -> None:
+    """On four cores two paths can each take two lanes; the second's helper lane must not queue behind
+    the first's, which is held until the second has finished."""
+    shared = batch(2, 4)
+    release = threading.Event()
+    first = [_Check(n, release=release) if n == 1 else _Check(n) for n in range(13)]
+    runner = threading.Thread(target=_run, args=(shared, first), name="first-path")
+    runner.start()
+    try:
+        assert first[1].started.wait(10)
+        second = _checks(13)
+        finished = threading.Event()
+        threading.Thread(target=lambda: (_run(shared, second), finished.set()), name="second-path").start()
+        assert finished.wait(10), "the second path's helper lane waited for the first path's"
+        assert {check.thread for check in second[1::2]} - {"second-path"}  # it was split too
+    finally:
+        release.set()
+        runner.join(10)
+
+
 def test_the_first_failure_in_order_is_reported_split_or_not(batch: Any) -> None:
     for cores in (1, 2, 4):
         checks = [_Check(n, holds=n not in (4, 9)) for n in range(13)]
