@@ -201,7 +201,7 @@ def signature_lanes(dag5: Path, mesh: SampleMesh, quick: bool) -> dict[str, Any]
     """Depth-5 verifications per second with 1, 2 and 4 client threads in this process (audit mode, no
     pinning), the signatures checked serially, always split in two, or split only onto free cores as
     the verifier daemon does. Best of interleaved rounds."""
-    seconds, rounds = (0.3, 1) if quick else (1.0, 3)
+    seconds, rounds = (0.3, 1) if quick else (1.0, 5)
     cores = usable_cpus()
     strategies: dict[str, SignatureBatch] = {
         "serial": SerialSignatures(),
