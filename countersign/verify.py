@@ -11,7 +11,7 @@ import enum
 import hashlib
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -136,6 +136,7 @@ class ThreadedSignatures:
 
     def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None:
         lanes = self._take(min(self._lanes, len(checks) // 2))  # a lane of one check is not worth a hand-off
+        futures: list[Future[list[SignatureCheck]]] = []
         try:
             if lanes == 1:
                 return SERIAL.first_failure(checks)
@@ -146,6 +147,8 @@ class ThreadedSignatures:
                 failures.extend(future.result())
             return min(failures, key=lambda c: c.order, default=None)
         finally:
+            if futures:  # a lane that raised: the others still hold their cores until they finish
+                wait(futures)
             self._give_back(lanes)
 
     def close(self) -> None:

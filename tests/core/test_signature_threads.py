@@ -130,14 +130,41 @@ def test_the_first_failure_in_order_is_reported_split_or_not(batch: Any) -> None
         assert failed is checks[4]
 
 
-def test_a_check_that_raises_gives_its_cores_back(batch: Any) -> None:
-    class Broken(_Check):
-        def holds(self) -> bool:
-            raise RuntimeError("broken check")
+class _Broken(_Check):
+    def __init__(self, order: int) -> None:
+        super().__init__(order)
+        self.raised = threading.Event()
 
+    def holds(self) -> bool:
+        self.raised.set()
+        raise RuntimeError("broken check")
+
+
+def test_a_check_that_raises_gives_its_cores_back_once_every_lane_is_done(batch: Any) -> None:
+    """The calling thread's lane raises (check 2) while the helper's lane is held (check 1): the error
+    comes out only after the helper's lane has finished, and then the cores are free again."""
     shared = batch(2, 2)
-    with pytest.raises(RuntimeError, match="broken check"):
-        _run(shared, [Broken(n) if n == 2 else _Check(n) for n in range(13)])
+    release = threading.Event()
+    broken = _Broken(2)
+    checks = [broken if n == 2 else _Check(n, release=release) if n == 1 else _Check(n) for n in range(13)]
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _run(shared, checks)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        assert broken.raised.wait(10) and checks[1].started.wait(10)
+        runner.join(0.2)
+        assert runner.is_alive(), "the error came out while the helper's lane still held its core"
+    finally:
+        release.set()
+        runner.join(10)
+    assert [str(e) for e in errors] == ["broken check"]
     after = _checks(13)
     _run(shared, after)
     assert _lanes(after) == 2
