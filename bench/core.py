@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +76,16 @@ class Row:
         return self.from_bytes_us / self.raw_signatures_us if self.raw_signatures_us else float("nan")
 
 
-class RecordingSignatures:
+class RecordingSignatures(SerialSignatures):
     """Collects the signature checks a verification makes (then checks them serially): the core bench
     times exactly those with the raw library, and the zones floor test counts them."""
 
     def __init__(self) -> None:
         self.checks: list[SignatureCheck] = []
 
-    def first_failure(self, checks: object) -> SignatureCheck | None:
-        self.checks = list(checks)  # type: ignore[call-overload]
-        return SerialSignatures().first_failure(self.checks)
+    def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None:
+        self.checks = list(checks)
+        return super().first_failure(self.checks)
 
 
 def raw_primitives(number: int) -> dict[str, float]:
@@ -224,8 +224,7 @@ def signature_lanes(dag5: Path, mesh: SampleMesh, quick: bool) -> dict[str, Any]
                     best[name][clients] = max(best[name][clients], throughput(call, clients, seconds))
     finally:
         for batch in strategies.values():
-            if isinstance(batch, ThreadedSignatures):
-                batch.close()
+            batch.close()
     return {"cpus": cores, "per_second": best}
 
 

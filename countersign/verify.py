@@ -90,6 +90,9 @@ class SignatureBatch(Protocol):
 
     def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None: ...
 
+    def close(self) -> None:
+        """Release the threads it holds, if any."""
+
 
 class SerialSignatures:
     """One signature after another, stopping at the first failure. The default."""
@@ -99,6 +102,15 @@ class SerialSignatures:
             if not check.holds():
                 return check
         return None
+
+    def close(self) -> None:
+        return None
+
+
+def split_lanes(checks: int, lanes: int, free_cores: int) -> int:
+    """The lanes a path of ``checks`` signatures is split into: at most ``lanes``, no more than the free
+    cores, never a lane of one check (not worth a hand-off), and at least the caller's own."""
+    return max(1, min(lanes, checks // 2, free_cores))
 
 
 class ThreadedSignatures:
@@ -124,9 +136,9 @@ class ThreadedSignatures:
         # all cores but the one each split path keeps for itself.
         self._pool = ThreadPoolExecutor(max_workers=max(1, self._cores - 1), thread_name_prefix="countersign-verify")
 
-    def _take(self, wanted: int) -> int:
+    def _take(self, checks: int) -> int:
         with self._lock:
-            lanes = max(1, min(wanted, self._cores - self._busy))
+            lanes = split_lanes(checks, self._lanes, self._cores - self._busy)
             self._busy += lanes
             return lanes
 
@@ -135,7 +147,7 @@ class ThreadedSignatures:
             self._busy -= lanes
 
     def first_failure(self, checks: Sequence[SignatureCheck]) -> SignatureCheck | None:
-        lanes = self._take(min(self._lanes, len(checks) // 2))  # a lane of one check is not worth a hand-off
+        lanes = self._take(len(checks))
         futures: list[Future[list[SignatureCheck]]] = []
         try:
             if lanes == 1:

@@ -277,6 +277,5 @@ class VerifierDaemon:
     def close(self) -> None:
         self._stop.set()
         self.follower.close()
-        if isinstance(self.signatures, ThreadedSignatures):
-            self.signatures.close()
+        self.signatures.close()
         self.state.close()

@@ -43,7 +43,7 @@ from countersign.samples import SampleMesh
 from countersign.service.clients import now_ms
 from countersign.service.server import usable_cpus
 from countersign.service.tls import open_channel, verifier_dns
-from countersign.verify import SERIAL, Mode, SignatureBatch, ThreadedSignatures, verify_path_bytes
+from countersign.verify import SERIAL, Mode, SignatureBatch, split_lanes, verify_path_bytes
 from verifier.daemon import VerifierConfig, signature_batch
 from verifier.stores import open_store
 from verifier.stores.postgres import parse_url
@@ -134,7 +134,7 @@ class HandlerCosts:
 
 def signature_lanes(signature_threads: int) -> int:
     """The lanes a verifier with ``signature_threads`` splits a depth-5 path's checks into, alone on this host."""
-    return max(1, min(signature_threads, usable_cpus(), PATH_SIGNATURES // 2))
+    return split_lanes(PATH_SIGNATURES, signature_threads, usable_cpus())
 
 
 def measure_handlers(
@@ -152,8 +152,7 @@ def measure_handlers(
             accept_route_ms=accept_ms(zoned, remote_zone(zoned), keys, count, signatures),
         )
     finally:
-        if isinstance(signatures, ThreadedSignatures):
-            signatures.close()
+        signatures.close()
 
 
 def accept_ms(

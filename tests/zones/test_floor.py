@@ -20,7 +20,7 @@ from bench.issuance import in_process_issuance
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
-from countersign.verify import Mode, ThreadedSignatures, VerifierPolicy, verify_path
+from countersign.verify import Mode, VerifierPolicy, verify_path
 from verifier.daemon import signature_batch
 from verifier.stores import open_store
 from zones import floor as floor_module
@@ -132,8 +132,7 @@ def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path, threads: 
     try:
         median = accept_ms(zoned, "b", keys, 5, signatures)  # type: ignore[arg-type]
     finally:
-        if isinstance(signatures, ThreadedSignatures):
-            signatures.close()
+        signatures.close()
     assert 0 < median < 1_000
     calls = 5 + WARMUP
     for zone, entries in (("a", 0), ("b", calls * (1 + 4))):  # one nonce and four child-set entries per path
