@@ -463,7 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--poll-idle",
         action="store_true",
-        help="hold /dev/cpu_dma_latency at 0 while measuring: idle CPUs poll instead of halting the vCPU",
+        help="hold /dev/cpu_dma_latency at 0 while measuring: idle CPUs poll instead of halting the vCPU"
+        " (refused on a kernel with no cpuidle driver, where it would change nothing)",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -482,23 +483,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
+
+
+def cpuidle_driver(cpuidle: Path = CPUIDLE) -> str:
+    """The kernel's cpuidle driver (``none`` when it has none, or the file is missing)."""
+    try:
+        return (cpuidle / "current_driver").read_text().strip() or "none"
+    except OSError:
+        return "none"
+
+
 @contextlib.contextmanager
-def idle_policy(*, poll: bool) -> Iterator[str]:
+def idle_policy(*, poll: bool, cpuidle: Path = CPUIDLE) -> Iterator[str]:
     """With ``poll``, ask the kernel (PM QoS) for 0 µs wake-up latency while measuring, so idle CPUs
-    poll instead of halting: on this VM waking a halted vCPU costs tens to hundreds of microseconds
-    at every hand-off between processes (its kernel line sets ``haltpoll.guest_halt_poll_ns=0``),
-    where an upstream KVM host polls up to 200 µs before halting a guest's vCPU. The request lasts
-    while the file stays open, so it ends with this process whatever happens. Yields how the CPUs idled."""
+    poll instead of halting: on a VM with the ``haltpoll`` cpuidle driver and
+    ``haltpoll.guest_halt_poll_ns=0``, waking a halted vCPU costs tens to hundreds of microseconds at
+    every hand-off between processes. The request lasts while the file stays open, so it ends with this
+    process whatever happens. Yields how the CPUs idled, naming the cpuidle driver.
+
+    PM QoS only steers a cpuidle driver's choice of idle state: a kernel with none (``current_driver``
+    reads ``none``) halts idle CPUs whatever is asked, so ``poll`` is refused there rather than
+    recorded as a setting that changed nothing."""
+    driver = cpuidle_driver(cpuidle)
     if not poll:
-        yield "CPUs left to idle (the kernel's default)"
+        yield f"CPUs left to idle (the kernel's default; cpuidle driver: {driver})"
         return
+    if driver == "none":
+        raise SystemExit(
+            f"--poll-idle cannot make idle CPUs poll here: this kernel has no cpuidle driver"
+            f" ({cpuidle / 'current_driver'}: none), so idle CPUs halt whatever PM QoS asks; measure without it"
+        )
     try:
         handle = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
     except OSError as exc:
         raise SystemExit(f"--poll-idle needs /dev/cpu_dma_latency (root, a kernel with PM QoS): {exc}") from None
     try:
         os.write(handle, struct.pack("i", 0))
-        yield "CPUs polling when idle (PM QoS: /dev/cpu_dma_latency held at 0 µs)"
+        yield f"CPUs polling when idle (PM QoS: /dev/cpu_dma_latency held at 0 µs; cpuidle driver: {driver})"
     finally:
         os.close(handle)
 
