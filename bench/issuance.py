@@ -103,25 +103,44 @@ class _Registry:
 
 
 class _DirectParent:
-    """The child's co-signing lanes replaced by a direct call of the parent's decision."""
+    """The child's co-signing lanes replaced by a direct call of the parent's decision. With ``idle_s``,
+    the call sleeps that long before the parent decides and again before the child resumes, as each
+    signer idles while an edge crosses the network; ``slept_s`` adds up those sleeps."""
 
-    def __init__(self, parent: SignerService) -> None:
+    def __init__(self, parent: SignerService, idle_s: float = 0.0) -> None:
         self._parent = parent
+        self._idle_s = idle_s
+        self.slept_s = 0.0
+
+    def _idle(self) -> None:
+        if self._idle_s:
+            started = time.perf_counter()
+            time.sleep(self._idle_s)
+            self.slept_s += time.perf_counter() - started
 
     def ask(self, request: signer_pb2.CoSignEdgeRequest, timeout_s: float) -> signer_pb2.CoSignEdgeResponse:
-        return self._parent._cosign_edge(request, _Context())
+        self._idle()
+        try:
+            return self._parent._cosign_edge(request, _Context())
+        finally:
+            self._idle()
 
 
 class _InProcessChild(SignerService):
-    parent: SignerService
+    lane: _DirectParent
 
     def _peer(self, address: str, deployer: str) -> Any:  # the one seam: no channel, no lanes
-        return _DirectParent(self.parent)
+        return self.lane
 
 
-def in_process_issuance(count: int, directory: FilePath | None = None) -> dict[str, float]:
+def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: float = 0.0) -> dict[str, float]:
     """Issuance p50 etc. (µs) with both signers' handlers called directly, on the service CPU, their
-    SQLite state in a new folder under ``directory`` (default: the temporary directory)."""
+    SQLite state in a new folder under ``directory`` (default: the temporary directory).
+
+    With ``idle_s``, the process sleeps that long before each issuance, before the parent decides and
+    before the child resumes, as the daemons idle while a call crosses the network; only the work is
+    timed. On a VM a CPU that has just been idle runs the same code slower for a while (docs/zones.md),
+    so this is what the handlers cost as the daemons run them; without it, back to back."""
     keys = {name: Ed25519Signer.generate() for name in ("deployer-a", "deployer-b")}
     registry = Registry({name: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for name, k in keys.items()}, 1)
     work = FilePath(tempfile.mkdtemp(prefix="countersign-bench-inprocess-", dir=directory))
@@ -141,7 +160,7 @@ def in_process_issuance(count: int, directory: FilePath | None = None) -> dict[s
     parent = service("deployer-a", SignerService)
     child = service("deployer-b", _InProcessChild)
     assert isinstance(child, _InProcessChild)
-    child.parent = parent
+    child.lane = _DirectParent(parent, idle_s)
     context: Any = _Context()
     try:
         agent = signer_pb2.AgentFields(instance="planner", system="bench", ttl_ms=3_600_000, max_children=65_535)
@@ -156,10 +175,12 @@ def in_process_issuance(count: int, directory: FilePath | None = None) -> dict[s
                 parent_path=root, grant_id=grant.grant_id, parent_key_id=grant.parent_key_id,
                 parent_signer="127.0.0.1:1", agent=signer_pb2.AgentFields(instance="researcher", ttl_ms=600_000),
             )  # fmt: skip
-            started = time.perf_counter()
+            if idle_s:
+                time.sleep(idle_s)
+            slept, started = child.lane.slept_s, time.perf_counter()
             child.AcceptDelegation(request, context)
             if index >= 50:  # warm-up
-                samples.append((time.perf_counter() - started) * 1e6)
+                samples.append((time.perf_counter() - started - (child.lane.slept_s - slept)) * 1e6)
         return percentiles(samples)
     finally:
         for signer in (parent, child):

@@ -9,7 +9,9 @@ design floor) if the handlers it times are the daemons' own, doing the whole of 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,6 +37,7 @@ from zones.floor import (
     accept_ms,
     measure_handlers,
     measure_raw,
+    median_ms,
     signature_lanes,
 )
 from zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
@@ -43,7 +46,8 @@ COSTS = RawCosts(
     sign_ms=0.02, verify_ms=0.05, fsync_ms=0.3, grpc_local_ms=0.4, grpc_route_ms=1.4,
     postgres_local_ms=0.2, postgres_route_ms=1.2,
 )  # fmt: skip
-HANDLERS = HandlerCosts(issuance_ms=1.5, accept_local_ms=2.5, accept_route_ms=3.5)
+HANDLERS = HandlerCosts(issuance_ms=1.5, accept_local_ms=2.5, accept_route_ms=3.5, idle_ms=0.5)
+HANDLERS_HOT = HandlerCosts(issuance_ms=0.75, accept_local_ms=2.25, accept_route_ms=3.25)
 
 
 def test_the_issuance_floor_counts_the_signatures_one_issuance_makes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +161,7 @@ def test_the_verifier_handler_floor_refuses_to_time_rejections(tmp_path: Path) -
 
 
 def test_the_report_puts_each_figure_beside_its_floor() -> None:
-    result = ProfileResult("durable", raw=COSTS, handlers=HANDLERS)
+    result = ProfileResult("durable", raw=COSTS, handlers=HANDLERS, handlers_hot=HANDLERS_HOT)
     result.issuance = Series([4.0, 4.0])
     for _, _, label in VERIFICATIONS:
         result.verification[label] = Series([6.0])
@@ -181,10 +185,22 @@ def test_the_report_puts_each_figure_beside_its_floor() -> None:
         (line,) = [row for row in rows if label in row]
         assert line.endswith(f"| {floor:.3f} ({6.0 / floor:.2f}×) | {design:.3f} ({6.0 / design:.2f}×) |"), line
     assert "this host's raw costs in this run" in text
-    assert "handlers called in one process (no gRPC) in this run: both signers' issuance handlers 1.500 ms" in text
+    # the design floor is the woken handlers'; the back-to-back figures are printed beside them
+    assert "in this run, each part after 0.5 ms idle: both signers' issuance handlers 1.500 ms" in text
+    assert "in this run, back to back: both signers' issuance handlers 0.750 ms" in text
     bare = report([ProfileResult("durable")], command="c", delay_ms=0.5, mode="auto", load="0", cpu="idle")
     assert "raw costs" not in bare and "handlers called" not in bare
     assert all(row.endswith("| — | — |") for row in bare.splitlines() if row.startswith("| co-signed"))
+
+
+def test_woken_medians_time_the_call_and_not_the_idle_before_it() -> None:
+    calls: list[float] = []
+    started = time.perf_counter()
+    median = median_ms(lambda: calls.append(time.perf_counter()), 5, idle_s=0.02)
+    assert len(calls) == WARMUP + 5
+    assert time.perf_counter() - started >= (WARMUP + 5) * 0.02  # it did idle before each call
+    assert min(b - a for a, b in itertools.pairwise(calls)) >= 0.02
+    assert 0 <= median < 1.0, median  # ms: the call alone, not the 20 ms before it
 
 
 def test_the_verdict_says_when_the_floor_itself_misses_the_target() -> None:
@@ -222,6 +238,7 @@ def test_raw_round_trips_cross_the_routes_they_name(make_zones, tmp_path) -> Non
     assert raw.postgres_route_ms - raw.postgres_local_ms > 15.0, raw
     assert raw.grpc_local_ms < 10.0 and raw.postgres_local_ms < 10.0, raw
     assert 0 < raw.sign_ms < 1.0 and 0 < raw.verify_ms < 1.0 and raw.fsync_ms > 0, raw
-    handlers = measure_handlers(zoned, tmp_path, count=10, signature_threads=2)
+    handlers = measure_handlers(zoned, tmp_path, count=10, signature_threads=2, idle_ms=1.0)  # woken, as printed
+    assert handlers.idle_ms == 1.0
     assert handlers.accept_route_ms - handlers.accept_local_ms > 15.0, handlers  # the consume crosses the route
     assert 0 < handlers.issuance_ms < 100.0 and handlers.accept_local_ms < 50.0, handlers
