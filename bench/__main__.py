@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-SECTIONS = ("core", "issuance", "mesh", "stores")
+SECTIONS = ("core", "issuance", "mesh", "stores", "idle")
 
 
 def main(argv: list[str] | None = None) -> int:
