@@ -29,7 +29,7 @@ from bench.issuance import in_process_issuance
 GAPS_MS = (0.5, 2.0, 20.0)  # sleeps before a verify
 HANDLER_GAPS_MS = (0.5, 2.0)  # idle before each signer's part of an issuance
 BUSY_MS = 2.0
-ROUNDS = 5  # the variants take turns, so a slow minute of the host spoils every variant alike
+ROUNDS = 10  # the variants take turns, so a slow minute of the host spoils every variant alike
 
 
 def _sleep(ms: float) -> Callable[[], None]:
