@@ -160,7 +160,7 @@ def seal(record: NodeRecord, signer: Signer | None) -> Envelope:
         raise ValueError("sealing needs the signer whose key_id the record names")
     envelope = Envelope.build(record, None)
     message = record_signing_input(record.construction, envelope.record_json, envelope.record_bytes())
-    return Envelope(record, record.key_id, b64url_encode(signer.sign(message)), envelope.record_json)
+    return envelope.with_sig(b64url_encode(signer.sign(message)))
 
 
 @dataclass(frozen=True, slots=True)

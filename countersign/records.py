@@ -378,13 +378,17 @@ PATH_KEYS: Final = frozenset({"v", "envelopes"})
 class Envelope:
     """A record with its primary signature (``None`` under the unsigned baselines).
 
-    ``record_json`` is the validated JSON of ``record``; the canonical bytes derive from it.
+    ``record_json`` is the validated JSON of ``record``; the canonical bytes derive from it. It is
+    never changed once the envelope exists (:meth:`to_json` hands out copies), so the record's
+    canonical bytes are encoded once per envelope and kept: a signer names the same parent record,
+    and serialises and digests a new envelope, many times over.
     """
 
     record: NodeRecord
     key_id: str
     sig: str | None
     record_json: dict[str, JsonValue] = field(compare=False, repr=False)
+    _record_bytes: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def build(cls, record: NodeRecord, sig: str | None) -> Envelope:
@@ -410,7 +414,17 @@ class Envelope:
 
     def record_bytes(self) -> bytes:
         """Canonical (RFC 8785) bytes of the record: the payload the primary signature covers."""
-        return canonicalize_validated(self.record_json)
+        data = self._record_bytes
+        if data is None:  # two threads may both encode: they store the same bytes
+            data = canonicalize_validated(self.record_json)
+            object.__setattr__(self, "_record_bytes", data)
+        return data
+
+    def with_sig(self, sig: str | None) -> Envelope:
+        """The same record under ``sig``, sharing its JSON and its canonical bytes once encoded."""
+        envelope = Envelope(self.record, self.key_id, sig, self.record_json)
+        object.__setattr__(envelope, "_record_bytes", self._record_bytes)
+        return envelope
 
     def canonical_bytes(self, record_bytes: bytes | None = None) -> bytes:
         """Canonical bytes of the whole envelope, composed from the record's canonical bytes.

@@ -6,12 +6,14 @@ import json
 import re
 
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
+import countersign.records as records_module
 from countersign.errors import MalformedError
 from countersign.reasons import Reason, Verdict
-from countersign.records import MAX_INPUT_BYTES, Path, parse_json
+from countersign.records import MAX_INPUT_BYTES, Construction, Path, parse_json
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, verify_path_bytes
 
@@ -121,3 +123,37 @@ def test_arbitrary_json_never_raises_and_never_accepts(value: object) -> None:
 def test_parse_json_raises_only_malformed_error(data: bytes) -> None:
     with pytest.raises(MalformedError):
         parse_json(data)
+
+
+@given(valid_paths())
+def test_an_envelope_encodes_its_record_once_and_the_bytes_are_what_a_fresh_parse_encodes(case: tuple) -> None:
+    """The record's canonical bytes are kept per envelope (sealing hands them on to the signed
+    envelope): whatever was cached equals RFC 8785 over a freshly parsed copy, and the cache takes no
+    part in equality."""
+    path, _ = case
+    fresh = Path.from_bytes(path.to_bytes())  # new envelopes, nothing cached
+    for kept, parsed in zip(path.envelopes, fresh.envelopes, strict=True):
+        assert kept.record_bytes() == parsed.record_bytes() == rfc8785.dumps(parsed.record_json)
+        assert kept == parsed and hash(kept) == hash(parsed)
+        assert kept.digest() == parsed.digest()
+
+
+def test_digest_and_serialisation_reuse_the_encoded_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = MESH.issue_path(Construction.SIGNED_DAG, ["deployer-a", "deployer-b", "deployer-c"], b"o", now_ms=NOW_MS)
+    parsed = Path.from_bytes(path.to_bytes())
+    encoded: list[object] = []
+    real = records_module.canonicalize_validated
+
+    def counting(value: object) -> bytes:
+        encoded.append(value)
+        return real(value)
+
+    monkeypatch.setattr(records_module, "canonicalize_validated", counting)
+    for _ in range(3):
+        parsed.to_bytes()
+        for envelope in parsed.envelopes:
+            envelope.digest()
+            envelope.record_bytes()
+    assert len(encoded) == len(parsed.envelopes)  # once per envelope, however often asked
+    signed = parsed.leaf.with_sig(parsed.leaf.sig)
+    assert signed.record_bytes() == parsed.leaf.record_bytes() and len(encoded) == len(parsed.envelopes)
