@@ -25,6 +25,7 @@ from typing import Any
 import nacl.signing
 
 from bench.issuance import in_process_issuance
+from bench.mesh import samples_us
 
 GAPS_MS = (0.5, 2.0, 20.0)  # sleeps before a verify
 HANDLER_GAPS_MS = (0.5, 2.0)  # idle before each signer's part of an issuance
@@ -45,18 +46,6 @@ def _busy(ms: float) -> Callable[[], None]:
     return wait
 
 
-def _after(before: Callable[[], None] | None, call: Callable[[], object], count: int) -> list[float]:
-    """µs of ``count`` calls, each after ``before`` (untimed)."""
-    samples = []
-    for _ in range(count):
-        if before is not None:
-            before()
-        started = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - started) * 1e6)
-    return samples
-
-
 def run(quick: bool = False) -> dict[str, Any]:
     verifies, issuances = (60, 60) if quick else (400, 300)
     key = nacl.signing.SigningKey.generate()
@@ -72,10 +61,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     verify_us: dict[str, list[float]] = {label: [] for label in waits}
     handlers_us: dict[str, list[float]] = {"back to back": []}
     handlers_us.update({f"each part after {ms:g} ms idle": [] for ms in HANDLER_GAPS_MS})
-    _after(None, check, 50)  # warm-up
+    samples_us(check, 0, warmup=50)
     for _ in range(ROUNDS):
         for label, before in waits.items():
-            verify_us[label].extend(_after(before, check, verifies // ROUNDS))
+            verify_us[label].extend(samples_us(check, verifies // ROUNDS, warmup=0, before=before))
         for label, idle_ms in zip(handlers_us, (0.0, *HANDLER_GAPS_MS), strict=True):
             handlers_us[label].append(in_process_issuance(issuances // ROUNDS, idle_s=idle_ms / 1000)["p50"])
     return {

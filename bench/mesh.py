@@ -47,15 +47,26 @@ def percentiles(samples_us: Sequence[float]) -> dict[str, float]:
     return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "mean": statistics.fmean(ordered), "n": len(ordered)}
 
 
-def timed(fn: Callable[[], object], count: int, warmup: int = 20) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
+def samples_us(
+    fn: Callable[[], object], count: int, warmup: int = 20, before: Callable[[], object] | None = None
+) -> list[float]:
+    """µs of each of ``count`` calls of ``fn``, after ``warmup`` untimed ones; ``before`` (untimed, for
+    example an idle) runs before every call, warm-up included."""
     samples = []
-    for _ in range(count):
+    for index in range(warmup + count):
+        if before is not None:
+            before()
         started = time.perf_counter()
         fn()
-        samples.append((time.perf_counter() - started) * 1e6)
-    return percentiles(samples)
+        if index >= warmup:
+            samples.append((time.perf_counter() - started) * 1e6)
+    return samples
+
+
+def timed(
+    fn: Callable[[], object], count: int, warmup: int = 20, before: Callable[[], object] | None = None
+) -> dict[str, float]:
+    return percentiles(samples_us(fn, count, warmup, before))
 
 
 def pinned_launcher(name: str, argv: list[str]) -> list[str]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -68,17 +67,8 @@ WARMUP = 10  # calls made before each median is taken
 
 def median_ms(call: Callable[[], object], count: int, idle_s: float = 0.0) -> float:
     """The median of ``count`` calls after ``WARMUP``; with ``idle_s``, each after sleeping that long (untimed)."""
-    if not idle_s:
-        return timed(call, count, warmup=WARMUP)["p50"] / 1000
-
-    def woken() -> float:
-        time.sleep(idle_s)
-        started = time.perf_counter()
-        call()
-        return time.perf_counter() - started
-
-    samples = [woken() for _ in range(WARMUP + count)][WARMUP:]
-    return statistics.median(samples) * 1000
+    idle = (lambda: time.sleep(idle_s)) if idle_s else None
+    return timed(call, count, warmup=WARMUP, before=idle)["p50"] / 1000
 
 
 def remote_zone(zoned: ZoneMesh) -> str:
