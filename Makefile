@@ -27,11 +27,11 @@ lint: $(STAMP)
 	sh docker/lint.sh
 
 types: $(STAMP)
-	$(VENV)/bin/mypy countersign signer verifier coordinator zones bench
+	$(VENV)/bin/mypy countersign countersign_cli signer verifier coordinator tools bench
 
 # System packages for the three-zone tests (iptables, iproute2), installed by the project itself.
 zones-deps:
-	sh zones/requirements.sh
+	sh tools/zones/requirements.sh
 
 # Tests that restart shared services or rewire the network run alone, after the parallel run.
 unit: $(STAMP) zones-deps
@@ -49,7 +49,7 @@ bench: $(STAMP)
 
 # Three zones on one machine (network namespaces): latency, issuance and revocation delay.
 zones: $(STAMP) zones-deps
-	$(PY) -m zones measure
+	$(PY) -m tools.zones measure
 
 conformance: $(STAMP)
 	$(VENV)/bin/countersign conformance --trials 1000

@@ -18,10 +18,10 @@ import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bench.mesh import throughput
+from countersign._daemon.server import usable_cpus
 from countersign.canonical import b64url_decode_validated, canonicalize_validated
 from countersign.records import Construction, Path
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
-from countersign.service.server import usable_cpus
 from countersign.state import InMemoryState
 from countersign.verify import (
     Mode,

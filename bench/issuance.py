@@ -30,11 +30,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.mesh import CLIENT_CPUS, SERVICE_CPU, percentiles, pinned_mesh, timed
 from countersign._proto.v1 import signer_pb2
+from countersign.client.tls import TlsConfig, open_channel, signer_dns
 from countersign.keys import Ed25519Signer, PublicKey
 from countersign.registry import KeyEntry, Registry
-from countersign.service.config import TlsConfig
-from countersign.service.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_mean
-from countersign.service.tls import open_channel, signer_dns
+from countersign_cli.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_mean
 from signer.daemon import SignerConfig, SignerMetrics, SignerService
 from signer.store import SignerStore
 

@@ -28,9 +28,9 @@ from countersign.constructions import RecordFields, issue, local_parent_cosigner
 from countersign.keys import Ed25519Signer
 from countersign.records import AgentRef, BindingScope, Construction, Envelope, OutputReceipt, Path
 from countersign.registry import Registry
-from countersign.service.localmesh import LocalMesh
 from countersign.state import VerifierState
 from countersign.verify import Mode, verify_path_bytes
+from countersign_cli.localmesh import LocalMesh
 
 OUTPUT = b"benchmark output of the leaf agent\n"
 CPUS = sorted(os.sched_getaffinity(0))
@@ -234,8 +234,8 @@ def _verification(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
 def _registry(mesh: LocalMesh) -> dict[str, Any]:
     """The registry the verifier folded (from the coordinator's log), in the registry file format."""
     from countersign.admission import AdmissionLog, SignedStatement
+    from countersign.client.clients import coordinator_log
     from countersign.keys import PublicKey
-    from countersign.service.clients import coordinator_log
 
     log = AdmissionLog(PublicKey(mesh.operator.public_key))
     log.extend(
@@ -249,7 +249,7 @@ def _registry(mesh: LocalMesh) -> dict[str, Any]:
 
 def _memory(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
     """Resident memory of each daemon after warm-up and after ``total`` requests to it."""
-    from countersign.service.clients import coordinator_log
+    from countersign.client.clients import coordinator_log
 
     total = 5_000 if quick else 100_000
     warm = total // 10

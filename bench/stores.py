@@ -21,9 +21,9 @@ from typing import Any
 
 from bench.mesh import OUTPUT, in_process_throughput, make_paths, percentiles, pinned_launcher, throughput
 from countersign.registry import Registry
-from countersign.service.localmesh import LocalMesh
 from countersign.state import ChildEdge, LeafNonce
 from countersign.verify import Mode
+from countersign_cli.localmesh import LocalMesh
 from verifier.stores import open_store
 
 POSTGRES = os.environ.get("COUNTERSIGN_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -16,13 +16,15 @@ import grpc
 import prometheus_client
 
 from coordinator.store import LogConflict, LogStore, open_log_store
+from countersign._daemon.config import parse_operator_key, validate_daemon
+from countersign._daemon.edge import servicer_edge
+from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
-from countersign.errors import MalformedError
+from countersign.client.errors import ServiceError
+from countersign.client.tls import TlsConfig
+from countersign.errors import ConfigError, MalformedError
 from countersign.keys import PublicKey
-from countersign.service.config import ConfigError, TlsConfig, parse_operator_key, validate_daemon
-from countersign.service.errors import ServiceError, servicer_edge
-from countersign.service.tls import peer_identity
 
 log = logging.getLogger("countersign.coordinator")
 MAX_WATCH_BATCH = 1_000

@@ -21,8 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from coordinator.store import LogConflict
-from countersign.errors import StateUnavailable
-from countersign.service.config import ConfigError
+from countersign.errors import ConfigError, StateUnavailable
 
 PASSWORD_ENV = "COUNTERSIGN_LOG_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 

@@ -11,8 +11,8 @@ import threading
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from countersign.service.config import ConfigError
-from countersign.service.sqlite import open_sqlite
+from countersign._daemon.sqlite import open_sqlite
+from countersign.errors import ConfigError
 
 
 class LogConflict(Exception):

@@ -60,3 +60,7 @@ class SignerUnavailable(SignerError):
     """The signing backend is temporarily unreachable or throttled; safe to retry."""
 
     retryable = True
+
+
+class ConfigError(CountersignError, ValueError):
+    """Bad configuration: a daemon refuses to start, or a client to connect, and says why."""

@@ -83,7 +83,8 @@ def read_environ(pid: int) -> dict[str, str]:
 
 
 def load_settings(kind: str, config_path: str | None, environ: dict[str, str]) -> Any:
-    from countersign.service.config import ConfigError, load_config
+    from countersign._daemon.config import load_config
+    from countersign.errors import ConfigError
 
     settings_class: type
     if kind == "coordinator":
@@ -105,7 +106,7 @@ def load_settings(kind: str, config_path: str | None, environ: dict[str, str]) -
 
 
 def target(settings: Any) -> str:
-    from countersign.service.config import parse_address
+    from countersign._daemon.config import parse_address
 
     host, port = parse_address(settings.listen, "listen")
     if settings.ready_file and Path(settings.ready_file).is_file():
@@ -120,7 +121,7 @@ def target(settings: Any) -> str:
 
 
 def server_name(kind: str, settings: Any) -> str:
-    from countersign.service.tls import coordinator_dns, signer_dns, verifier_dns
+    from countersign.client.tls import coordinator_dns, signer_dns, verifier_dns
 
     if kind == "coordinator":
         return coordinator_dns()
@@ -133,7 +134,7 @@ def check(pid: int | None, timeout_s: float) -> str:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from countersign.service.tls import open_channel
+    from countersign.client.tls import open_channel
 
     daemon_pid, kind, config_path = find_daemon(pid)
     try:

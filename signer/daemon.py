@@ -23,10 +23,19 @@ from typing import Generic, TypeVar
 import grpc
 import prometheus_client
 
+from countersign._daemon.config import parse_address, parse_operator_key, validate_daemon, validate_follower
+from countersign._daemon.edge import servicer_edge, stream_edge
+from countersign._daemon.lane_slots import LaneSlots
+from countersign._daemon.registry_follower import RegistryFollower, now_ms
+from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
+from countersign.client.clients import RUNTIME_METHODS, runtime_answer
+from countersign.client.errors import ServiceError
+from countersign.client.lanes import Lanes, unary
+from countersign.client.tls import TlsConfig, open_channel, signer_dns
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal, verify_cosignature
-from countersign.errors import MalformedError
+from countersign.errors import ConfigError, MalformedError
 from countersign.keys import PublicKey, Signer
 from countersign.records import (
     MAX_CHILDREN_LIMIT,
@@ -45,19 +54,6 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
-from countersign.service.clients import RUNTIME_METHODS, runtime_answer
-from countersign.service.config import (
-    ConfigError,
-    TlsConfig,
-    parse_address,
-    parse_operator_key,
-    validate_daemon,
-    validate_follower,
-)
-from countersign.service.errors import ServiceError, servicer_edge, stream_edge
-from countersign.service.lanes import Lanes, LaneSlots, unary
-from countersign.service.registry_follower import RegistryFollower, now_ms
-from countersign.service.tls import open_channel, peer_identity, signer_dns
 from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
 from signer.backends import load_signer
 from signer.store import Grant, SignerStore, Transaction

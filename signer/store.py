@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from countersign.errors import StateUnavailable
-from countersign.service.config import ConfigError
-from countersign.service.sqlite import open_sqlite
+from countersign._daemon.sqlite import open_sqlite
+from countersign.errors import ConfigError, StateUnavailable
 
 # ``issued`` and ``proposals`` hold whole paths (kilobytes a row), so they are ordinary rowid tables:
 # SQLite's guidance keeps WITHOUT ROWID for rows under about a twentieth of a page. The child's two

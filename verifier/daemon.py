@@ -15,16 +15,18 @@ from collections.abc import Iterator, Sequence
 import grpc
 import prometheus_client
 
+from countersign._daemon.config import parse_operator_key, validate_daemon, validate_follower
+from countersign._daemon.edge import servicer_edge, stream_edge
+from countersign._daemon.lane_slots import LaneSlots
+from countersign._daemon.registry_follower import RegistryFollower, now_ms
+from countersign._daemon.server import usable_cpus
+from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
-from countersign.errors import CountersignError, MalformedError, StateUnavailable
+from countersign.client.errors import ServiceError
+from countersign.client.tls import TlsConfig
+from countersign.errors import ConfigError, CountersignError, MalformedError, StateUnavailable
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
-from countersign.service.config import ConfigError, TlsConfig, parse_operator_key, validate_daemon, validate_follower
-from countersign.service.errors import ServiceError, servicer_edge, stream_edge
-from countersign.service.lanes import LaneSlots
-from countersign.service.registry_follower import RegistryFollower, now_ms
-from countersign.service.server import usable_cpus
-from countersign.service.tls import peer_identity
 from countersign.state import VerifierState
 from countersign.verify import (
     DEFAULT_POLICY,

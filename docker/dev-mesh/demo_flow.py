@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+from countersign.client.clients import SignerClient, VerifierClient
+from countersign.client.tls import TlsConfig
 from countersign.errors import CountersignError
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path as EvidencePath
-from countersign.service.clients import SignerClient, VerifierClient
-from countersign.service.config import TlsConfig
 
 OUTPUTS = (
     b"plan: research the question, then write it up\n",

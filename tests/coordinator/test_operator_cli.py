@@ -11,13 +11,15 @@ import pytest
 
 from countersign.canonical import b64url_encode
 from countersign.keys import Ed25519Signer
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 
 pytestmark = pytest.mark.daemons
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "countersign", *args], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, timeout=60
+    )
     assert "Traceback" not in result.stderr, result.stderr
     return result
 

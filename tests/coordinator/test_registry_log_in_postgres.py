@@ -9,10 +9,10 @@ import pytest
 
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
+from countersign.client.clients import coordinator_log
+from countersign.client.errors import ServiceError
 from countersign.keys import Ed25519Signer
-from countersign.service.clients import coordinator_log
-from countersign.service.errors import ServiceError
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.stores.conftest import PostgresSchemas
 
 pytestmark = [pytest.mark.daemons, pytest.mark.postgres]

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.offline
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "countersign", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
     assert "Traceback" not in result.stderr, result.stderr
     return result

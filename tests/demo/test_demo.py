@@ -13,7 +13,7 @@ pytestmark = pytest.mark.daemons
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "countersign", *args], capture_output=True, text=True, timeout=180)
+    return subprocess.run([sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, timeout=180)
 
 
 def test_mesh_demo_shows_every_outcome_and_exports_checkable_evidence(tmp_path: Path) -> None:

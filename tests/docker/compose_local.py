@@ -126,7 +126,7 @@ class LocalCompose:
         command = service.get("command") or ([] if "entrypoint" in service else ["--help"])
         argv = [self.translate(name, str(part)) for part in [*entrypoint, *command]]
         if argv[0] == "countersign":
-            argv = [sys.executable, "-m", "countersign", *argv[1:]]
+            argv = [sys.executable, "-m", "countersign_cli", *argv[1:]]
         elif argv[0] in (IMAGE_PYTHON, "python"):
             argv[0] = sys.executable
         return argv

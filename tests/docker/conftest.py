@@ -172,7 +172,8 @@ def daemon_settings(kind: str) -> set[str]:
     """Every COUNTERSIGN_* variable the daemon of ``kind`` reads."""
     from coordinator import postgres_store
     from coordinator.daemon import CoordinatorConfig
-    from countersign.service.config import ENV_PREFIX, TlsConfig
+    from countersign._daemon.config import ENV_PREFIX
+    from countersign.client.tls import TlsConfig
     from signer.daemon import SignerConfig
     from verifier.daemon import VerifierConfig
     from verifier.stores import postgres

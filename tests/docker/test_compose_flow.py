@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.docker.compose_local import LocalCompose
 from tests.docker.conftest import DOCKER_DIR, Dockerfile, load_compose
 
@@ -132,7 +132,7 @@ def test_healthcheck_reads_the_daemon_command_line() -> None:
         "verifier",
         "/c.toml",
     )
-    assert daemon_of(["python", "-m", "countersign", "coordinator", "serve", "--config=x.toml"]) == (
+    assert daemon_of(["python", "-m", "countersign_cli", "coordinator", "serve", "--config=x.toml"]) == (
         "coordinator",
         "x.toml",
     )

@@ -10,8 +10,7 @@ import psycopg
 import pytest
 
 from coordinator import postgres_store
-from countersign.errors import StateUnavailable
-from countersign.service.config import ConfigError
+from countersign.errors import ConfigError, StateUnavailable
 
 pytestmark = pytest.mark.offline
 

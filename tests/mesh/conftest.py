@@ -18,7 +18,7 @@ import pytest
 
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 
 SHARED_ALLOWED_CHILDREN = {"deployer-c": ["deployer-a"]}
 

@@ -23,12 +23,11 @@ from countersign._proto.v1 import (
     signer_pb2_grpc,
     verifier_pb2_grpc,
 )
+from countersign.client.errors import ServiceError, from_rpc_error
+from countersign.client.tls import CHANNEL_OPTIONS, TlsConfig, coordinator_dns, open_channel, signer_dns, verifier_dns
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record
 from countersign.records import AgentRef, Construction, CoSignerRole, Envelope, Path
-from countersign.service.config import TlsConfig
-from countersign.service.errors import ServiceError, from_rpc_error
-from countersign.service.localmesh import LocalMesh
-from countersign.service.tls import CHANNEL_OPTIONS, coordinator_dns, open_channel, signer_dns, verifier_dns
+from countersign_cli.localmesh import LocalMesh
 
 T = TypeVar("T")
 

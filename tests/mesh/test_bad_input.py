@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign._proto.v1 import common_pb2, coordinator_pb2, signer_pb2, verifier_pb2
+from countersign.client.tls import MAX_MESSAGE_BYTES
 from countersign.records import MAX_INPUT_BYTES, Path
-from countersign.service.localmesh import LocalMesh
-from countersign.service.tls import MAX_MESSAGE_BYTES
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import big_channel_to, channel_to, grant_count, hand_built_edge, service_error, sha256
 
 pytestmark = pytest.mark.daemons

@@ -13,11 +13,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign.canonical import b64url_encode
+from countersign.client.tls import TlsConfig
+from countersign.errors import ConfigError
 from countersign.keys import Ed25519Signer
-from countersign.service.config import ConfigError, TlsConfig
-from countersign.service.localmesh import write_toml
-from countersign.service.tls import PeerIdentity, create_ca, issue_certificate
+from countersign_cli.localmesh import write_toml
 
 pytestmark = pytest.mark.daemons
 
@@ -67,7 +68,7 @@ SIGNER_CASES = {
 
 def serve(daemon: str, config: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
-    argv = [sys.executable, "-m", "countersign", daemon, "serve", "--config", str(config)]
+    argv = [sys.executable, "-m", "countersign_cli", daemon, "serve", "--config", str(config)]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
 

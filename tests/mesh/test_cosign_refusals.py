@@ -19,10 +19,10 @@ import pytest
 
 from countersign._proto.v1 import signer_pb2
 from countersign._proto.v1.signer_pb2_grpc import SignerStub
+from countersign.client.clients import SignerClient
+from countersign.client.errors import ServiceError
 from countersign.records import Path
-from countersign.service.clients import SignerClient
-from countersign.service.errors import ServiceError
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import (
     channel_to,
     children_of,

@@ -11,9 +11,9 @@ from pathlib import Path as FilePath
 import pytest
 
 from countersign.records import CoSignerRole, Path
-from countersign.service.localmesh import LocalMesh
 from countersign.state import InMemoryState
 from countersign.verify import DEFAULT_POLICY, Mode, verify_path
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import now_ms, sha256
 
 pytestmark = pytest.mark.daemons
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.daemons
 
 def cli_verify(mesh: LocalMesh, path_file: FilePath, output_file: FilePath) -> tuple[int, dict[str, object], str]:
     tls = mesh.tls_for("client")
-    argv = [sys.executable, "-m", "countersign", "verify", "--path", str(path_file), "--output", str(output_file)]
+    argv = [sys.executable, "-m", "countersign_cli", "verify", "--path", str(path_file), "--output", str(output_file)]
     argv += ["--verifier", mesh.daemons["verifier-0"].address, "--ca", tls.ca, "--cert", tls.cert]
     argv += ["--tls-key", tls.key]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)

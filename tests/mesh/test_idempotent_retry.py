@@ -6,8 +6,8 @@ import grpc
 import pytest
 
 from countersign._proto.v1 import verifier_pb2
-from countersign.service.clients import VerifierClient
-from countersign.service.localmesh import LocalMesh
+from countersign.client.clients import VerifierClient
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import channel_to, service_error, sha256, verifier_stub
 
 pytestmark = pytest.mark.daemons

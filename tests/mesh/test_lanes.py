@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign._proto.v1 import common_pb2, signer_pb2, verifier_pb2
+from countersign.client.clients import SignerClient, VerifierClient
+from countersign.client.errors import ServiceError, from_rpc_error
 from countersign.constructions import EdgeProposal, verify_cosignature
 from countersign.keys import PublicKey
 from countersign.reasons import Reason
 from countersign.records import CoSignature, CoSignerRole, NodeRecord, Path, parse_json
-from countersign.service.clients import SignerClient, VerifierClient
-from countersign.service.errors import ServiceError, from_rpc_error
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import (
     channel_to,
     delegate,

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from countersign._proto.v1 import coordinator_pb2
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import channel_to, coordinator_stub, delegate, service_error
 
 pytestmark = pytest.mark.daemons
@@ -107,7 +107,7 @@ def test_sigterm_exits_0_within_the_grace_period(make_mesh: Callable[..., LocalM
 
 STOP_SIGNAL_ROUNDS = """
 import os, queue, random, signal, sys, threading, time
-from countersign.service.server import StopSignals
+from countersign._daemon.server import StopSignals
 
 rounds = int(sys.argv[1])
 stop = StopSignals()

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from countersign._proto.v1 import signer_pb2
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import delegate, scrape, service_error, sha256
 
 pytestmark = pytest.mark.daemons

@@ -14,15 +14,11 @@ from pathlib import Path as FilePath
 import grpc
 import pytest
 
+from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign._proto.v1 import coordinator_pb2, signer_pb2, verifier_pb2
+from countersign.client.tls import TlsConfig
 from countersign.records import Path
-from countersign.service.config import TlsConfig
-from countersign.service.localmesh import LocalMesh
-from countersign.service.tls import (
-    PeerIdentity,
-    create_ca,
-    issue_certificate,
-)
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import (
     channel_to,
     children_of,

@@ -13,7 +13,7 @@ from countersign._proto.v1 import coordinator_pb2, signer_pb2
 from countersign.admission import SignedStatement, Statement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode
 from countersign.keys import Ed25519Signer
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import (
     channel_to,
     coordinator_stub,

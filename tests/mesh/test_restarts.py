@@ -13,9 +13,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from countersign.client.errors import ServiceError
 from countersign.records import Path
-from countersign.service.errors import ServiceError
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import children_of, issued_digests, poll, service_error, sha256
 
 pytestmark = pytest.mark.daemons

@@ -11,9 +11,9 @@ import pytest
 from countersign.keys import PublicKey
 from countersign.records import Envelope, Path
 from countersign.registry import KeyEntry, Registry
-from countersign.service.localmesh import LocalMesh
 from countersign.state import InMemoryState
 from countersign.verify import Mode, verify_path
+from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import delegate, now_ms, sha256
 
 pytestmark = pytest.mark.daemons

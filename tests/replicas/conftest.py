@@ -1,7 +1,7 @@
 """Fixtures of the replica tests: verifier processes sharing ONE real PostgreSQL store.
 
 * ``replicas``: a factory that starts a mesh in the test's own ``tmp_path`` with N verifier processes
-  (``python -m countersign verifier serve``) whose ``store_url`` is a fresh schema of the test server
+  (``python -m countersign_cli verifier serve``) whose ``store_url`` is a fresh schema of the test server
   (``COUNTERSIGN_TEST_POSTGRES_URL``, default this machine's server; see tests/stores/conftest.py).
   Only the coordinator and the verifiers run: paths are issued in process with the mesh's enrolled
   deployer keys (``ReplicaSet.paths``), which is far faster than going through the signer daemons.
@@ -32,13 +32,13 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from countersign.client.clients import VerifierClient
+from countersign.client.errors import ServiceError
 from countersign.constructions import RecordFields, issue
 from countersign.keys import Ed25519Signer
 from countersign.records import AgentRef, Construction, Path
 from countersign.samples import SampleMesh
-from countersign.service.clients import VerifierClient
-from countersign.service.errors import ServiceError
-from countersign.service.localmesh import LocalMesh
+from countersign_cli.localmesh import LocalMesh
 from tests.stores.conftest import PostgresSchemas, postgres_base_url
 
 T = TypeVar("T")

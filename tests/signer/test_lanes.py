@@ -17,9 +17,11 @@ import grpc
 import prometheus_client
 import pytest
 
+from countersign._daemon.edge import abort
+from countersign._daemon.lane_slots import LaneSlots
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
-from countersign.service.errors import ServiceError, abort
-from countersign.service.lanes import Lanes, LaneSlots
+from countersign.client.errors import ServiceError
+from countersign.client.lanes import Lanes
 
 
 class ScriptedParent(signer_pb2_grpc.SignerServicer):

@@ -2,7 +2,7 @@
 
 Every test builds its own zones and mesh with ``make_zones`` and tears them down, whatever happens.
 They SKIP only where root or network namespaces are missing; a missing ``iptables`` is a FAILURE
-(the project installs it: ``zones/requirements.sh``). They rewire the network and run real daemons:
+(the project installs it: ``tools/zones/requirements.sh``). They rewire the network and run real daemons:
 markers ``netns``, ``daemons``, ``exclusive`` (run alone), ``slow``.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tests.zones.helpers import leftovers_of
-from zones.mesh import ZoneMesh
-from zones.net import ZonesUnavailable, check_namespaces
+from tools.zones.mesh import ZoneMesh
+from tools.zones.net import ZonesUnavailable, check_namespaces
 
 _zones_of_test: dict[str, list[ZoneMesh]] = {}
 _availability: list[str | None] = []
@@ -60,7 +60,7 @@ def zones_available() -> None:
     if reason is not None:
         pytest.skip(reason)
     if shutil.which("iptables") is None:
-        pytest.fail("iptables is not installed: run zones/requirements.sh (as root)", pytrace=False)
+        pytest.fail("iptables is not installed: run tools/zones/requirements.sh (as root)", pytrace=False)
 
 
 @pytest.fixture

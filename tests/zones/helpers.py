@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
+from countersign.client.clients import VerifierClient
+from countersign.client.errors import ServiceError
 from countersign.reasons import VerificationResult
-from countersign.service.clients import VerifierClient
-from countersign.service.errors import ServiceError
-from zones.evidence import Evidence
-from zones.mesh import ZoneMesh
-from zones.net import PREFIX, ZoneNetwork
+from tools.zones.evidence import Evidence
+from tools.zones.mesh import ZoneMesh
+from tools.zones.net import PREFIX, ZoneNetwork
 
 T = TypeVar("T")
 

@@ -19,10 +19,10 @@ import time
 
 import pytest
 
+from countersign.client.errors import ServiceError
+from countersign.client.retry import RetryPolicy, delegate_with_retry
 from countersign.records import Path
-from countersign.service.errors import ServiceError
 from tests.zones.helpers import children_count, grant_used, issued_count, poll, service_error
-from zones.retry import RetryPolicy, delegate_with_retry
 
 pytestmark = [pytest.mark.netns, pytest.mark.daemons, pytest.mark.exclusive, pytest.mark.slow]
 

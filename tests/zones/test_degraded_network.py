@@ -1,6 +1,6 @@
 """Scenario 5: 40 ms one-way delay and 5 % random packet loss (each direction) between the zones.
 
-With the documented client policy (zones/retry.py, docs/zones.md: per-attempt deadline, retry on
+With the documented client policy (countersign/client/retry.py, docs/zones.md: per-attempt deadline, retry on
 UNAVAILABLE / DEADLINE_EXCEEDED / PARENT_UNREACHABLE with jittered backoff, fail over between
 verifier replicas), the signer's ``cosign_timeout_ms`` raised to 6 s (its 2 s default is too tight
 once a lost segment costs a 200 ms+ retransmission on an 80 ms round trip) and the verifiers'
@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from countersign.client.retry import RetryPolicy, delegate_with_retry, verify_with_failover
 from countersign.reasons import Reason
 from tests.zones.helpers import code_of
-from zones.evidence import Evidence, signed_paths
-from zones.retry import RetryPolicy, delegate_with_retry, verify_with_failover
+from tools.zones.evidence import Evidence, signed_paths
 
 pytestmark = [pytest.mark.netns, pytest.mark.daemons, pytest.mark.exclusive, pytest.mark.slow]
 

@@ -23,11 +23,9 @@ from countersign.keys import Ed25519Signer, PublicKey
 from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, verify_path
-from verifier.daemon import signature_batch
-from verifier.stores import open_store
-from zones import floor as floor_module
-from zones.evidence import signed_paths
-from zones.floor import (
+from tools.zones import floor as floor_module
+from tools.zones.evidence import signed_paths
+from tools.zones.floor import (
     ISSUANCE_CHECKS,
     ISSUANCE_SIGNS,
     PATH_SIGNATURES,
@@ -40,7 +38,9 @@ from zones.floor import (
     median_ms,
     signature_lanes,
 )
-from zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
+from tools.zones.measure import VERIFICATIONS, ProfileResult, Series, report, verdict
+from verifier.daemon import signature_batch
+from verifier.stores import open_store
 
 COSTS = RawCosts(
     sign_ms=0.02, verify_ms=0.05, fsync_ms=0.3, grpc_local_ms=0.4, grpc_route_ms=1.4,
@@ -166,7 +166,7 @@ def test_the_report_puts_each_figure_beside_its_floor() -> None:
     for _, _, label in VERIFICATIONS:
         result.verification[label] = Series([6.0])
     result.revocation = Series([12.0])
-    text = report([result], command="python -m zones measure", delay_ms=0.5, mode="auto", load="0", cpu="idle")
+    text = report([result], command="python -m tools.zones measure", delay_ms=0.5, mode="auto", load="0", cpu="idle")
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     issuance_floor = COSTS.issuance_floor()
     design_floor = HANDLERS.issuance_floor(COSTS)

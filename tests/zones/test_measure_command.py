@@ -1,4 +1,4 @@
-"""``python -m zones measure`` (``make zones``) end to end, with a handful of samples: every row of its
+"""``python -m tools.zones measure`` (``make zones``) end to end, with a handful of samples: every row of its
 table is printed for both storage profiles, with a figure and its two floors, and the run leaves no zone behind."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from zones.measure import VERIFICATIONS, main
-from zones.net import STATE_ROOT
+from tools.zones.measure import VERIFICATIONS, main
+from tools.zones.net import STATE_ROOT
 
 pytestmark = [pytest.mark.netns, pytest.mark.daemons, pytest.mark.exclusive, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zones.measure import cpuidle_driver, idle_policy
+from tools.zones.measure import cpuidle_driver, idle_policy
 
 DEVICE = "/dev/cpu_dma_latency"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from zones.mesh import REPO_ROOT
-from zones.proxy import Route
+from tools.zones.mesh import REPO_ROOT
+from tools.zones.proxy import Route
 
 pytestmark = [pytest.mark.daemons]
 
@@ -34,7 +34,7 @@ class Proxy:
         self.write()
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "zones.proxy", str(self.spec), str(self.ready)], env=env, cwd=REPO_ROOT
+            [sys.executable, "-m", "tools.zones.proxy", str(self.spec), str(self.ready)], env=env, cwd=REPO_ROOT
         )
         deadline = time.monotonic() + 15
         while not self.ready.exists():

@@ -21,7 +21,7 @@ import pytest
 from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
 from tests.zones.helpers import code_of, poll, verdict
-from zones.evidence import Operator, signed_paths
+from tools.zones.evidence import Operator, signed_paths
 
 pytestmark = [pytest.mark.netns, pytest.mark.daemons, pytest.mark.exclusive, pytest.mark.slow]
 

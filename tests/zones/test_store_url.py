@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from tools.zones.mesh import DEFAULT_POSTGRES_URL
 from verifier.stores.postgres import PostgresState, parse_url
-from zones.mesh import DEFAULT_POSTGRES_URL
 
 OPTIONS = "-c synchronous_commit=off"
 

@@ -1,5 +1,5 @@
 """The harness always removes what it created: on SIGTERM (signal handling + atexit), after an
-exception (context manager), and — for an owner killed outright — through ``python -m zones cleanup``,
+exception (context manager), and — for an owner killed outright — through ``python -m tools.zones cleanup``,
 which leaves runs whose owner still lives alone."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import time
 import pytest
 
 from tests.zones.helpers import leftovers_of, poll
-from zones.mesh import REPO_ROOT
-from zones.net import ZoneNetwork, ZonesUnavailable, check_namespaces
+from tools.zones.mesh import REPO_ROOT
+from tools.zones.net import ZoneNetwork, ZonesUnavailable, check_namespaces
 
 pytestmark = [pytest.mark.netns, pytest.mark.exclusive]
 
 OWNER = """
 import json, sys, time
-from zones.net import ZoneNetwork
+from tools.zones.net import ZoneNetwork
 network = ZoneNetwork().up()
 network.partition("a")
 print(json.dumps({"run_id": network.run_id, "state_dir": str(network.state_dir)}), flush=True)
@@ -83,7 +83,7 @@ def test_cleanup_removes_what_a_killed_owner_left_and_spares_live_runs() -> None
     assert leftovers_of(orphan), "SIGKILL leaves the zones behind (nothing can run in the owner)"
     with ZoneNetwork() as live:
         result = subprocess.run(
-            [sys.executable, "-m", "zones", "cleanup"],
+            [sys.executable, "-m", "tools.zones", "cleanup"],
             capture_output=True,
             text=True,
             cwd=REPO_ROOT,

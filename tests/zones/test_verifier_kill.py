@@ -1,5 +1,5 @@
 """Scenario 4: a verifier replica is killed (SIGKILL) in the middle of load; clients fail over to the
-replicas in the other zones (policy: zones/retry.py, docs/zones.md).
+replicas in the other zones (policy: countersign/client/retry.py, docs/zones.md).
 
 * No double accept: no path is ever ACCEPTed twice, across all attempts and replicas.
 * No lost accept: every path ends admitted exactly once in the shared store; its client either got
@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from countersign.client.retry import RetryPolicy, VerifyOutcome, verify_with_failover
 from countersign.reasons import Reason
 from tests.zones.helpers import code_of, consumed, poll, verdict
-from zones.evidence import Evidence, signed_paths
-from zones.retry import RetryPolicy, VerifyOutcome, verify_with_failover
+from tools.zones.evidence import Evidence, signed_paths
 
 pytestmark = [pytest.mark.netns, pytest.mark.daemons, pytest.mark.exclusive, pytest.mark.slow]
 

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from countersign._daemon.sqlite import open_sqlite
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
-from countersign.service.sqlite import open_sqlite
 from countersign.state import ChildEdge, LeafNonce, StateRejection
 
 SCHEMA_VERSION = 3

@@ -19,8 +19,6 @@ from pathlib import Path as FilePath
 from typing import TYPE_CHECKING
 
 from countersign.canonical import b64url_encode, sha256_digest
-from countersign.cli.main import EXIT_OK, EXIT_REJECTED, UsageError
-from countersign.cli.offline import now_ms, render_tree
 from countersign.constructions import (
     EdgeProposal,
     RecordFields,
@@ -34,9 +32,11 @@ from countersign.keys import Signer
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import AgentRef, BindingScope, Construction, CoSignerRole, Envelope, OutputReceipt, Path
 from countersign.samples import SampleMesh
+from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
+from countersign_cli.offline import now_ms, render_tree
 
 if TYPE_CHECKING:
-    from countersign.service.clients import VerifierClient
+    from countersign.client.clients import VerifierClient
 from countersign.verify import Mode, verify_path
 
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
@@ -115,7 +115,7 @@ def graft_with_stolen_key(
 def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: bool) -> int:
     from countersign.admission import StatementKind
     from countersign.keys import Ed25519Signer
-    from countersign.service.localmesh import LocalMesh, MeshError
+    from countersign_cli.localmesh import LocalMesh, MeshError
 
     temporary = workdir is None
     root_dir = FilePath(tempfile.mkdtemp(prefix="countersign-demo-")) if workdir is None else workdir
@@ -254,9 +254,9 @@ def linked_list_root(key: Signer, system: str, now: int) -> Path:
 
 def export_evidence(mesh: object, out: FilePath, path: Path, output: bytes) -> None:
     from countersign.admission import AdmissionLog, SignedStatement
+    from countersign.client.clients import coordinator_log
     from countersign.keys import PublicKey
-    from countersign.service.clients import coordinator_log
-    from countersign.service.localmesh import LocalMesh
+    from countersign_cli.localmesh import LocalMesh
 
     assert isinstance(mesh, LocalMesh)
     out.mkdir(parents=True, exist_ok=True)

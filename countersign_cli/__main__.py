@@ -2,6 +2,6 @@
 
 import sys
 
-from countersign.cli.main import main
+from countersign_cli.main import main
 
 sys.exit(main())

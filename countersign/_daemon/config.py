@@ -8,7 +8,6 @@ with a message that names the key, never a traceback.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import ipaddress
 import os
 import tomllib
@@ -18,87 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
-from countersign.errors import CountersignError
+from countersign.client.tls import TlsConfig
+from countersign.errors import ConfigError
 
 ENV_PREFIX = "COUNTERSIGN_"
 MISSING = object()
-
-
-class ConfigError(CountersignError, ValueError):
-    """Bad configuration: the daemon refuses to start and says why."""
-
-
-@dataclasses.dataclass
-class TlsConfig:
-    """mTLS material, as file paths (``ca``, ``cert``, ``key``) or inline PEM (``ca_pem``, ``cert_pem``,
-    ``key_pem``, e.g. from a secrets manager through the environment). ``insecure_loopback`` turns TLS
-    off and is refused unless every address is loopback."""
-
-    ca: str = ""
-    cert: str = ""
-    key: str = ""
-    ca_pem: str = ""
-    cert_pem: str = ""
-    key_pem: str = ""
-    insecure_loopback: bool = False
-
-    def validate(self, where: str) -> None:
-        if self.insecure_loopback:
-            return
-        for name in ("ca", "cert", "key"):
-            if getattr(self, name + "_pem"):
-                continue
-            location = getattr(self, name)
-            if not location:
-                raise ConfigError(f"{where}: tls.{name} (or tls.{name}_pem) is required, or tls.insecure_loopback")
-            if not Path(location).is_file():
-                raise ConfigError(f"{where}: tls.{name} {location} is not a readable file")
-        self._check_material(where)
-
-    def _check_material(self, where: str) -> None:
-        """Parse what gRPC would otherwise reject only when it binds or dials, with no word of why.
-        Messages name the setting, never the key's bytes."""
-
-        def source(name: str) -> str:
-            return f"tls.{name}_pem" if getattr(self, name + "_pem") else f"tls.{name} {getattr(self, name)}"
-
-        certificates: dict[str, list[x509.Certificate]] = {}
-        for name in ("ca", "cert"):
-            try:
-                certificates[name] = x509.load_pem_x509_certificates(self.material(name))
-            except ValueError:
-                raise ConfigError(f"{where}: {source(name)} holds no PEM certificate") from None
-        try:
-            key = serialization.load_pem_private_key(self.material("key"), password=None)
-        except (ValueError, TypeError):
-            raise ConfigError(f"{where}: {source('key')} holds no unencrypted PEM private key") from None
-        leaf = certificates["cert"][0]  # a chain starts with this daemon's own certificate
-        spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-        if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
-            raise ConfigError(f"{where}: {source('key')} is not the key of {source('cert')}")
-        now = datetime.datetime.now(datetime.UTC)
-        if leaf.not_valid_after_utc <= now:
-            raise ConfigError(f"{where}: {source('cert')} expired at {leaf.not_valid_after_utc.isoformat()}")
-        # A CA bundle may keep a retired CA beside its successor while certificates move over.
-        if all(ca.not_valid_after_utc <= now for ca in certificates["ca"]):
-            last = max(ca.not_valid_after_utc for ca in certificates["ca"]).isoformat()
-            raise ConfigError(f"{where}: every certificate in {source('ca')} has expired (the last at {last})")
-
-    def material(self, name: str) -> bytes:
-        """The PEM bytes of ``ca``, ``cert`` or ``key``. Raises ConfigError if unreadable."""
-        inline = getattr(self, name + "_pem")
-        if inline:
-            return str(inline).encode()
-        location = getattr(self, name)
-        try:
-            return Path(location).read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read tls.{name} {location}: {exc.strerror}") from None
-
-
 T = TypeVar("T")
 
 

@@ -15,12 +15,11 @@ from countersign._proto.v1 import (
     verifier_pb2_grpc,
 )
 from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
+from countersign.client.lanes import Lanes, unary
+from countersign.client.tls import TlsConfig, coordinator_dns, open_channel, signer_dns, verifier_dns
 from countersign.keys import PublicKey, Signer
 from countersign.reasons import Reason, Verdict, VerificationResult
 from countersign.records import Path
-from countersign.service.config import TlsConfig
-from countersign.service.lanes import Lanes, unary
-from countersign.service.tls import coordinator_dns, open_channel, signer_dns, verifier_dns
 
 
 def now_ms() -> int:

@@ -28,10 +28,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from countersign.client.clients import SignerClient, VerifierClient
+from countersign.client.errors import ServiceError
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path
-from countersign.service.clients import SignerClient, VerifierClient
-from countersign.service.errors import ServiceError
 
 RETRYABLE_CODES = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "STATE_UNAVAILABLE", "PARENT_UNREACHABLE", "REGISTRY_STALE"}

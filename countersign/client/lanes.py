@@ -1,6 +1,7 @@
 """Lanes: long-lived bidirectional streams that carry one call at a time, instead of unary calls.
 
-:class:`Lanes` is the client side (a pool of lanes to one server); :class:`LaneSlots` the server side.
+:class:`Lanes` is the client side (a pool of lanes to one server); the server side is
+``countersign._daemon.lane_slots.LaneSlots``.
 
 A unary call pays for a new HTTP/2 stream, its headers and a handler dispatch every time; a message
 on an open stream pays for none of that (on a 2-vCPU machine about half the round trip; ADR 0008).
@@ -26,9 +27,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import grpc
-import prometheus_client
 
-from countersign.service.errors import ServiceError, from_rpc_error
+from countersign.client.errors import ServiceError, from_rpc_error
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -223,73 +223,3 @@ class _Reaper:
 
 
 _reaper = _Reaper()
-
-
-class LaneSlots:
-    """The server side: answers each lane's calls in order on the lane's own handler thread, holding
-    one of ``per_key`` slots of the lane's key (a peer deployer, a connection) and, with ``total``, one
-    of that many slots overall, since each open lane holds a handler thread. :meth:`stop` ends the
-    idle lanes (a busy one once its call is answered)."""
-
-    def __init__(self, per_key: int, gauge: prometheus_client.Gauge, total: int | None = None) -> None:
-        self._per_key = per_key
-        self._total = total
-        self._gauge = gauge
-        self._open: dict[str, int] = {}
-        self._busy: dict[grpc.ServicerContext, bool] = {}
-        self._lock = threading.Lock()
-        self._stopping = False
-
-    def serve(
-        self,
-        kind: str,
-        key: str,
-        requests: Iterator[Request],
-        context: grpc.ServicerContext,
-        decide: Callable[[Request], Answer],
-    ) -> Iterator[Answer]:
-        slot = f"{kind}:{key}"
-        with self._lock:
-            if self._stopping:  # a lane opened now would hold the server for its whole grace period
-                raise ServiceError("UNAVAILABLE", "shutting down", grpc.StatusCode.UNAVAILABLE, retryable=True)
-            if self._open.get(slot, 0) >= self._per_key:
-                raise ServiceError(
-                    "LANES_EXHAUSTED", f"{key} already has {self._per_key} {kind} lanes open",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
-                )  # fmt: skip
-            if self._total is not None and len(self._busy) >= self._total:
-                raise ServiceError(
-                    "LANES_EXHAUSTED", f"this server already has {self._total} lanes open",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
-                )  # fmt: skip
-            self._open[slot] = self._open.get(slot, 0) + 1
-            self._busy[context] = False
-        gauge = self._gauge.labels(kind)
-        gauge.inc()
-        try:
-            for request in requests:
-                with self._lock:
-                    self._busy[context] = True
-                yield decide(request)  # resumed once gRPC has sent the answer
-                if self._idle_again(context):  # shutting down: the call in flight was answered; end the lane
-                    return
-        finally:
-            with self._lock:
-                del self._busy[context]
-                self._open[slot] -= 1
-                if not self._open[slot]:
-                    del self._open[slot]
-            gauge.dec()
-
-    def _idle_again(self, context: grpc.ServicerContext) -> bool:
-        """Mark the lane idle; True when the server is stopping (the lane should end)."""
-        with self._lock:
-            self._busy[context] = False
-            return self._stopping
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopping = True
-            idle = [context for context, busy in self._busy.items() if not busy]
-        for context in idle:
-            context.cancel()

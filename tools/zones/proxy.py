@@ -17,7 +17,7 @@ with iptables, which this proxy's upstream connection then suffers). See docs/zo
 
 A route with ``"echo": true`` is an echo server instead (for calibrating the delay).
 
-Run: ``python -m zones.proxy SPEC.json READY.json``. SPEC is ``{"routes": [{"name", "listen_host",
+Run: ``python -m tools.zones.proxy SPEC.json READY.json``. SPEC is ``{"routes": [{"name", "listen_host",
 "listen_port", "target_host", "target_port", "delay_ms", "jitter_ms", "connect_timeout_s",
 "source_host", "echo"}...]}``;
 once every route listens, READY gets ``{"pid": ..., "ports": {name: port}}``. SIGHUP re-reads SPEC
@@ -329,7 +329,7 @@ class ProxyServer:
         try:
             routes = self.load()
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(f"zones.proxy: cannot reload {self.spec_path}: {exc}", file=sys.stderr)
+            print(f"tools.zones.proxy: cannot reload {self.spec_path}: {exc}", file=sys.stderr)
             return
         for route in routes:
             current = self.routes.get(route.name)
@@ -387,7 +387,7 @@ async def _serve(spec: Path, ready: Path) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m zones.proxy SPEC.json READY.json", file=sys.stderr)
+        print("usage: python -m tools.zones.proxy SPEC.json READY.json", file=sys.stderr)
         return 2
     loop = _precise_timers()
     try:

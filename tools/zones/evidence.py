@@ -14,14 +14,14 @@ import grpc
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import SignedStatement, StatementKind
 from countersign.canonical import b64url_encode
+from countersign.client.clients import now_ms
+from countersign.client.errors import from_rpc_error
+from countersign.client.tls import coordinator_dns, open_channel
 from countersign.keys import Ed25519Signer
 from countersign.records import Construction, Path
 from countersign.samples import SampleMesh, cross_deployer_route
-from countersign.service.clients import now_ms
-from countersign.service.errors import from_rpc_error
-from countersign.service.localmesh import LocalMesh
-from countersign.service.tls import coordinator_dns, open_channel
 from countersign.verify import replay_key
+from countersign_cli.localmesh import LocalMesh
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,13 @@ import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from countersign.service.config import ConfigError, TlsConfig, parse_address
-from countersign.service.errors import ServiceError, abort
-from countersign.service.logs import setup_logging, stop_logging
-from countersign.service.tls import CHANNEL_OPTIONS, server_credentials
+from countersign._daemon.config import parse_address
+from countersign._daemon.edge import abort
+from countersign._daemon.logs import setup_logging, stop_logging
+from countersign._daemon.tls import server_credentials
+from countersign.client.errors import ServiceError
+from countersign.client.tls import CHANNEL_OPTIONS, TlsConfig
+from countersign.errors import ConfigError
 
 log = logging.getLogger("countersign.service")
 

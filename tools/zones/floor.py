@@ -42,17 +42,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.issuance import in_process_issuance
 from bench.mesh import timed
+from countersign._daemon.server import usable_cpus
+from countersign.client.clients import now_ms
+from countersign.client.tls import open_channel, verifier_dns
 from countersign.keys import Ed25519Signer
 from countersign.samples import SampleMesh
-from countersign.service.clients import now_ms
-from countersign.service.server import usable_cpus
-from countersign.service.tls import open_channel, verifier_dns
 from countersign.verify import SERIAL, Mode, SignatureBatch, split_lanes, verify_path_bytes
+from tools.zones.evidence import signed_paths
+from tools.zones.mesh import DATABASE_ZONE, ZoneMesh
 from verifier.daemon import VerifierConfig, signature_batch
 from verifier.stores import open_store
 from verifier.stores.postgres import parse_url
-from zones.evidence import signed_paths
-from zones.mesh import DATABASE_ZONE, ZoneMesh
 
 # What each measured call cannot avoid (see docs/zones.md, "Raw costs and floors"):
 # issuance: the child co-signs, the parent checks that and co-signs, the child checks the parent's

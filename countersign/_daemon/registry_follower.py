@@ -23,11 +23,10 @@ import prometheus_client
 
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
-from countersign.errors import MalformedError
+from countersign.client.tls import TlsConfig, coordinator_dns, open_channel
+from countersign.errors import ConfigError, MalformedError
 from countersign.keys import PublicKey
 from countersign.registry import Registry
-from countersign.service.config import ConfigError, TlsConfig
-from countersign.service.tls import coordinator_dns, open_channel
 
 log = logging.getLogger("countersign.registry")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -17,32 +17,10 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from countersign.client.errors import DOMAIN, ServiceError
 from countersign.errors import CountersignError, MalformedError, SignerError, StateUnavailable
 
-DOMAIN = "countersign.dev"
 log = logging.getLogger("countersign.service")
-
-
-class ServiceError(CountersignError):
-    """An error with a code from the API's error list (proto/countersign/v1/common.proto)."""
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
-        *,
-        retryable: bool = False,
-        details: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
-        self.retryable = retryable
-        self.details = dict(details or {})
-
-    def __repr__(self) -> str:
-        return f"ServiceError({self.code}: {self})"
 
 
 class Aborted(Exception):
@@ -120,23 +98,3 @@ def _end_with_status(exc: Exception, context: grpc.ServicerContext, method: str)
         log.exception("internal error in %s", method)
         error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
     abort(context, error)
-
-
-def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
-    """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE)."""
-    status = rpc_status.from_call(exc)
-    code = exc.code()
-    if status is not None:
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
-                details = {k: v for k, v in info.metadata.items() if k != "retryable"}
-                return ServiceError(
-                    info.reason, status.message, code, retryable=info.metadata.get("retryable") == "true",
-                    details=details,
-                )  # fmt: skip
-    transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    reason = {grpc.StatusCode.UNAVAILABLE: "UNAVAILABLE", grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED"}.get(
-        code, code.name
-    )
-    return ServiceError(reason, exc.details() or code.name, code, retryable=transient)

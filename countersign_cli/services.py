@@ -8,20 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from countersign._daemon.config import load_config
+from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode, canonicalize
-from countersign.cli.main import EXIT_OK, UsageError
-from countersign.errors import CountersignError, SignerError
+from countersign.client.tls import TlsConfig, coordinator_dns, signer_dns, verifier_dns
+from countersign.errors import ConfigError, CountersignError, SignerError
 from countersign.keys import PublicKey, Signer
-from countersign.service.config import ConfigError, TlsConfig, load_config
-from countersign.service.tls import (
-    PeerIdentity,
-    coordinator_dns,
-    create_ca,
-    issue_certificate,
-    signer_dns,
-    verifier_dns,
-)
+from countersign_cli.main import EXIT_OK, UsageError
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,7 +102,7 @@ def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, 
 
 
 def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
-    from countersign.service.config import require_loopback
+    from countersign._daemon.config import require_loopback
 
     tls = TlsConfig(ca=args.ca, cert=args.cert, key=args.tls_key, insecure_loopback=args.insecure_loopback)
     try:
@@ -123,7 +117,7 @@ def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from countersign.service.server import run_daemon, worker_count
+    from countersign._daemon.server import run_daemon, worker_count
 
     daemon: Any
     try:
@@ -217,7 +211,7 @@ def cmd_public_key(args: argparse.Namespace) -> int:
 
 
 def cmd_operator_init(args: argparse.Namespace) -> int:
-    from countersign.cli.offline import new_key_file
+    from countersign_cli.offline import new_key_file
 
     key = new_key_file(args.out, "the operator key")
     print(json.dumps({"key_id": key.key_id, "public_key": b64url_encode(key.public_key)}))
@@ -226,8 +220,8 @@ def cmd_operator_init(args: argparse.Namespace) -> int:
 
 def cmd_operator_statement(args: argparse.Namespace) -> int:
     from countersign.canonical import b64url_decode
+    from countersign.client.clients import OperatorClient
     from countersign.keys import PUBLIC_KEY_LENGTH, key_id_for
-    from countersign.service.clients import OperatorClient
 
     operator = load_key(args.key)
     public_key = getattr(args, "public_key", None)
@@ -296,7 +290,7 @@ def _sign_offline(
 
 
 def cmd_operator_submit(args: argparse.Namespace) -> int:
-    from countersign.service.clients import submit_statement
+    from countersign.client.clients import submit_statement
 
     try:
         signed = SignedStatement.from_bytes(Path(args.statement).read_bytes())
@@ -311,8 +305,8 @@ def cmd_operator_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_registry_export(args: argparse.Namespace) -> int:
-    from countersign.service.clients import coordinator_log
-    from countersign.service.config import parse_operator_key
+    from countersign._daemon.config import parse_operator_key
+    from countersign.client.clients import coordinator_log
 
     try:
         operator = parse_operator_key(args.operator_public_key)

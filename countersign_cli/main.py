@@ -25,7 +25,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from countersign.cli import demo, offline, services
+    from countersign_cli import demo, offline, services
 
     parser = argparse.ArgumentParser(
         prog="countersign",

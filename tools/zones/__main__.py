@@ -1,4 +1,4 @@
-"""``python -m zones measure | cleanup | up`` (see docs/zones.md)."""
+"""``python -m tools.zones measure | cleanup | up`` (see docs/zones.md)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 
 def _cleanup(argv: list[str]) -> int:
-    from zones.mesh import DEFAULT_POSTGRES_URL
-    from zones.net import cleanup
+    from tools.zones.mesh import DEFAULT_POSTGRES_URL
+    from tools.zones.net import cleanup
 
     parser = argparse.ArgumentParser(
-        prog="python -m zones cleanup",
+        prog="python -m tools.zones cleanup",
         description="Remove namespaces, links, processes and schemas left by zone runs whose owner is gone.",
     )
     parser.add_argument("--force", action="store_true", help="also remove runs whose owner process still runs")
@@ -28,10 +28,10 @@ def _cleanup(argv: list[str]) -> int:
 
 
 def _up(argv: list[str]) -> int:
-    from zones.mesh import ZoneMesh
+    from tools.zones.mesh import ZoneMesh
 
     parser = argparse.ArgumentParser(
-        prog="python -m zones up", description="Start the three-zone mesh, print its addresses, wait for Ctrl-C."
+        prog="python -m tools.zones up", description="Start the three-zone mesh, print its addresses, wait for Ctrl-C."
     )
     parser.add_argument("--delay-ms", type=float, default=0.5)
     parser.add_argument("--loss", type=float, default=0.0)
@@ -57,10 +57,10 @@ def _up(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     commands = {"measure": None, "cleanup": _cleanup, "up": _up}
     if not argv or argv[0] not in commands:
-        print("usage: python -m zones {measure [--quick] | cleanup [--force] | up}", file=sys.stderr)
+        print("usage: python -m tools.zones {measure [--quick] | cleanup [--force] | up}", file=sys.stderr)
         return 2
     if argv[0] == "measure":
-        from zones.measure import main as measure
+        from tools.zones.measure import main as measure
 
         return measure(argv[1:])
     handler = commands[argv[0]]

@@ -15,7 +15,6 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 from cryptography import x509
@@ -23,35 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from countersign.service.config import ConfigError, TlsConfig
-
-TRUST_DOMAIN = "countersign.local"
-MAX_MESSAGE_BYTES = 24 << 20
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    # Servers accept the clients' keepalive pings above; the default policy (one ping per 5 minutes
-    # without data) answers them with GOAWAY "too_many_pings", dropping the connection and costing a
-    # new TLS handshake on the next call.
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-    ("grpc.http2.max_ping_strikes", 0),
-]
-
-
-def coordinator_dns() -> str:
-    return f"coordinator.{TRUST_DOMAIN}"
-
-
-def verifier_dns() -> str:
-    return f"verifier.{TRUST_DOMAIN}"
-
-
-def signer_dns(deployer: str) -> str:
-    return f"{deployer}.signer.{TRUST_DOMAIN}"
+from countersign.client.tls import TRUST_DOMAIN, TlsConfig
+from countersign.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -200,16 +172,3 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
         root_certificates=tls.material("ca"),
         require_client_auth=True,
     )
-
-
-def open_channel(address: str, tls: TlsConfig, server_name: str) -> grpc.Channel:
-    """A channel to ``address`` whose server must hold a certificate for ``server_name``."""
-    if tls.insecure_loopback:
-        return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=tls.material("ca"),
-        private_key=tls.material("key"),
-        certificate_chain=tls.material("cert"),
-    )
-    options = [*CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", server_name)]
-    return grpc.secure_channel(address, credentials, options=options)

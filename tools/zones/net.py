@@ -22,7 +22,7 @@ the "local" address is not); a link cut sets the host side of a zone's veth down
 namespace deletes its rules and its veth with it.
 
 Everything a run creates is recorded in ``<state root>/<run>/run.json`` *before* it is created, so
-``python -m zones cleanup`` can remove what a crashed run left behind.
+``python -m tools.zones cleanup`` can remove what a crashed run left behind.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ ZONE_LETTERS = ("a", "b", "c")
 PARTITION_CHAIN = "CSZ-PARTITION"
 LOSS_CHAIN = "CSZ-LOSS"
 LOSS_OUT_CHAIN = "CSZ-LOSS-OUT"
-REQUIREMENTS_HINT = "run zones/requirements.sh (as root) to install it"
+REQUIREMENTS_HINT = "run tools/zones/requirements.sh (as root) to install it"
 
 
 _LIVE_NETWORKS: weakref.WeakSet[ZoneNetwork] = weakref.WeakSet()

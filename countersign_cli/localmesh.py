@@ -2,7 +2,7 @@
 the three-zone harness all start it the same way.
 
 It writes a development PKI, the operator key, one key per deployer and a TOML file per daemon into a
-work directory, starts each daemon as ``python -m countersign <daemon> serve --config …``, waits for
+work directory, starts each daemon as ``python -m countersign_cli <daemon> serve --config …``, waits for
 its ready file (daemons bind port 0 and publish the port), and enrols the deployers through operator
 statements. ``launcher`` wraps each command (the zone harness prefixes ``ip netns exec <zone>``).
 """
@@ -21,19 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
+from countersign.client.clients import OperatorClient, SignerClient, VerifierClient
+from countersign.client.tls import TlsConfig, coordinator_dns, signer_dns, verifier_dns
 from countersign.keys import Ed25519Signer
-from countersign.service.clients import OperatorClient, SignerClient, VerifierClient
-from countersign.service.config import TlsConfig
-from countersign.service.tls import (
-    PeerIdentity,
-    coordinator_dns,
-    create_ca,
-    issue_certificate,
-    signer_dns,
-    verifier_dns,
-)
 
 DEFAULT_DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
 
@@ -229,7 +222,7 @@ class LocalMesh:
             env["COUNTERSIGN_LISTEN"] = daemon.address
             env["COUNTERSIGN_METRICS_LISTEN"] = f"{daemon.host}:{daemon.metrics_port}"
         daemon.ready_file.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "countersign", daemon.kind, "serve", "--config", str(daemon.config)]
+        argv = [sys.executable, "-m", "countersign_cli", daemon.kind, "serve", "--config", str(daemon.config)]
         log = daemon.log_file.open("ab")
         # The command is our own interpreter and module with paths this object wrote: nothing untrusted.
         daemon.process = subprocess.Popen(self.launcher(name, argv), stdout=log, stderr=log, env=env)  # noqa: S603

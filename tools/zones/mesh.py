@@ -6,7 +6,7 @@ Placement (``PLACEMENT``)::
     zone-b: deployer-b's signer, verifier-1
     zone-c: deployer-c's signer, verifier-2
 
-Each zone runs one proxy process (``zones.proxy``) listening on the zone's address, one route per
+Each zone runs one proxy process (``tools.zones.proxy``) listening on the zone's address, one route per
 service in another zone (the coordinator, the other zones' signers): a daemon in zone X dials a
 service in zone Y at ``<X address>:<route port of Y's service>`` and the proxy forwards to the
 service with the configured one-way delay each way. Daemons are pointed at those addresses through
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from countersign.service.clients import OperatorClient, SignerClient, VerifierClient
-from countersign.service.localmesh import LocalMesh
-from zones.net import ZoneNetwork, ZonesError, netem_available, trap_sigterm
-from zones.proxy import Route
+from countersign.client.clients import OperatorClient, SignerClient, VerifierClient
+from countersign_cli.localmesh import LocalMesh
+from tools.zones.net import ZoneNetwork, ZonesError, netem_available, trap_sigterm
+from tools.zones.proxy import Route
 
 PLACEMENT: dict[str, str] = {
     "coordinator": "a",
@@ -306,7 +306,7 @@ class ZoneMesh:
             ready = directory / f"{name}.ready"
             ready.unlink(missing_ok=True)
             log = directory / f"{name}.log"
-            argv = [sys.executable, "-m", "zones.proxy", str(spec), str(ready)]
+            argv = [sys.executable, "-m", "tools.zones.proxy", str(spec), str(ready)]
             if letter_or_root is not None:
                 argv = self.net.exec_argv(letter_or_root, argv)
             env = {

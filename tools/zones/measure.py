@@ -1,4 +1,4 @@
-"""``python -m zones measure``: issuance, full verification and revocation propagation across three zones.
+"""``python -m tools.zones measure``: issuance, full verification and revocation propagation across three zones.
 
 With about 1 ms of round trip between zones (0.5 ms one way on every inter-zone route), mTLS on:
 
@@ -44,16 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+from countersign.client.clients import VerifierClient
+from countersign.client.errors import ServiceError
 from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
-from countersign.service.clients import VerifierClient
-from countersign.service.errors import ServiceError
-from countersign.service.localmesh import ISSUANCE_BREAKDOWN, histogram_mean
+from countersign_cli.localmesh import ISSUANCE_BREAKDOWN, histogram_mean
+from tools.zones.evidence import Evidence, Operator, signed_paths
+from tools.zones.floor import HandlerCosts, RawCosts, measure_handlers, measure_raw
+from tools.zones.mesh import DATABASE_ZONE, DEFAULT_POSTGRES_URL, PLACEMENT, ZoneMesh
+from tools.zones.net import check_namespaces
 from verifier.daemon import VerifierConfig
-from zones.evidence import Evidence, Operator, signed_paths
-from zones.floor import HandlerCosts, RawCosts, measure_handlers, measure_raw
-from zones.mesh import DATABASE_ZONE, DEFAULT_POSTGRES_URL, PLACEMENT, ZoneMesh
-from zones.net import check_namespaces
 
 PUBLISHED = {
     "issuance": (3.651, 4.384),
@@ -449,7 +449,7 @@ def report(results: Sequence[ProfileResult], *, command: str, delay_ms: float, m
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zones measure", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.zones measure", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few samples")
     parser.add_argument("--issuances", type=int, default=300)
     parser.add_argument("--verifications", type=int, default=300)
@@ -485,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     profiles = ["durable", "fast-commit"] if args.profile == "both" else [args.profile]
     with idle_policy(poll=args.poll_idle) as cpu:
         results = run_profiles(args, profiles, log)
-    command = "python -m zones measure " + " ".join(argv if argv is not None else sys.argv[2:])
+    command = "python -m tools.zones measure " + " ".join(argv if argv is not None else sys.argv[2:])
     print(report(results, command=command.strip(), delay_ms=args.delay_ms, mode=args.delay_mode, load=load, cpu=cpu))
     return 0
 

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path as FilePath
 from typing import Any
 
-from countersign.cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 from countersign.errors import MalformedError, VerificationError
 from countersign.keys import Ed25519Signer
 from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path, parse_json
 from countersign.registry import Registry
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
 from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, VerifierPolicy, malformed_result, verify_path
+from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
 MAX_OUTPUT_BYTES = 64 << 20
 
@@ -207,9 +207,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def verify_remotely(args: argparse.Namespace, path_bytes: bytes, output: bytes) -> int:
     """Ask a verifier service; print the same verdict object as offline verification."""
-    from countersign.cli.services import client_tls
-    from countersign.service.clients import VerifierClient
-    from countersign.service.errors import ServiceError
+    from countersign.client.clients import VerifierClient
+    from countersign.client.errors import ServiceError
+    from countersign_cli.services import client_tls
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))
     try:

@@ -1,0 +1,60 @@
+"""Typed errors of the services, as a client sees them.
+
+A server ends a refused call with a gRPC status carrying ``google.rpc.ErrorInfo`` whose ``reason`` is
+a code of :class:`countersign.errors.ErrorCode`; :func:`from_rpc_error` turns it back into a
+:class:`ServiceError` (a transport failure becomes ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from countersign.errors import CountersignError
+
+DOMAIN = "countersign.dev"
+
+
+class ServiceError(CountersignError):
+    """An error with a code from the API's error list (proto/countersign/v1/common.proto)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
+        *,
+        retryable: bool = False,
+        details: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.retryable = retryable
+        self.details = dict(details or {})
+
+    def __repr__(self) -> str:
+        return f"ServiceError({self.code}: {self})"
+
+
+def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
+    """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE)."""
+    status = rpc_status.from_call(exc)
+    code = exc.code()
+    if status is not None:
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
+                details = {k: v for k, v in info.metadata.items() if k != "retryable"}
+                return ServiceError(
+                    info.reason, status.message, code, retryable=info.metadata.get("retryable") == "true",
+                    details=details,
+                )  # fmt: skip
+    transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    reason = {grpc.StatusCode.UNAVAILABLE: "UNAVAILABLE", grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED"}.get(
+        code, code.name
+    )
+    return ServiceError(reason, exc.details() or code.name, code, retryable=transient)
