@@ -22,7 +22,7 @@ from countersign.canonical import (
     pae,
     sha256_digest,
 )
-from countersign.errors import CountersignError, MalformedError
+from countersign.errors import CountersignError, ErrorCode, MalformedError
 from countersign.keys import PUBLIC_KEY_LENGTH, PublicKey, Signer
 from countersign.records import (
     DEPLOYER_ID_PATTERN,
@@ -57,9 +57,9 @@ class StatementKind(enum.StrEnum):
 class AdmissionError(CountersignError):
     """A statement that cannot join the log. ``code`` is one of the coordinator error codes."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)  # a name outside the closed list is a bug: ValueError
 
 
 class ForkDetected(AdmissionError):

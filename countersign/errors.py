@@ -11,6 +11,7 @@ exceptions here separate three things a caller must never confuse:
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -64,3 +65,55 @@ class SignerUnavailable(SignerError):
 
 class ConfigError(CountersignError, ValueError):
     """Bad configuration: a daemon refuses to start, or a client to connect, and says why."""
+
+
+class ErrorCode(StrEnum):
+    """Every code a refusal may carry across the wire (gRPC ``ErrorInfo.reason``), from any service.
+
+    One closed list: a server ends a call only with one of these, a client maps whatever it receives
+    onto one of these, and ``proto/countersign/v1/common.proto`` and ``docs/api.md`` list exactly
+    these (a test checks both). Verdict reasons are a different enum (``countersign.reasons.Reason``):
+    a rejected path is an answer, not an error.
+    """
+
+    # any service
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_AUTHORISED = "NOT_AUTHORISED"
+    STATE_UNAVAILABLE = "STATE_UNAVAILABLE"
+    LANES_EXHAUSTED = "LANES_EXHAUSTED"
+    CANCELLED = "CANCELLED"
+    INTERNAL = "INTERNAL"
+    # signer
+    REGISTRY_STALE = "REGISTRY_STALE"
+    SIGNER_UNAVAILABLE = "SIGNER_UNAVAILABLE"
+    PARENT_UNKNOWN = "PARENT_UNKNOWN"
+    POLICY_REFUSED = "POLICY_REFUSED"
+    DEPTH_LIMIT = "DEPTH_LIMIT"
+    FANOUT_EXCEEDED = "FANOUT_EXCEEDED"
+    EXPIRY_EXCEEDS_PARENT = "EXPIRY_EXCEEDS_PARENT"
+    GRANT_NOT_FOUND = "GRANT_NOT_FOUND"
+    GRANT_WRONG_CHILD = "GRANT_WRONG_CHILD"
+    GRANT_USED = "GRANT_USED"
+    GRANT_EXPIRED = "GRANT_EXPIRED"
+    BAD_COSIGNATURE = "BAD_COSIGNATURE"
+    PARENT_REFUSED = "PARENT_REFUSED"
+    PARENT_UNREACHABLE = "PARENT_UNREACHABLE"
+    # coordinator
+    BAD_STATEMENT_SIGNATURE = "BAD_STATEMENT_SIGNATURE"
+    SEQUENCE_CONFLICT = "SEQUENCE_CONFLICT"
+    CHAIN_MISMATCH = "CHAIN_MISMATCH"
+    INVALID_STATEMENT = "INVALID_STATEMENT"
+    # seen by a client when no server answered with a code of its own (transport, limits, gRPC itself)
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def of(cls, name: str) -> ErrorCode:
+        """The member named ``name``; ``UNKNOWN`` for anything else (a client keeps the list closed)."""
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.UNKNOWN

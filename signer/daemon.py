@@ -30,9 +30,9 @@ from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
-from countersign.client.clients import RUNTIME_METHODS, runtime_answer
 from countersign.client.errors import ServiceError
 from countersign.client.lanes import Lanes, unary
+from countersign.client.runtime_calls import RUNTIME_METHODS, runtime_answer
 from countersign.client.tls import TlsConfig, open_channel, signer_dns
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal, verify_cosignature
 from countersign.errors import ConfigError, MalformedError

@@ -16,6 +16,7 @@ from countersign._proto.v1 import (
 )
 from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
 from countersign.client.lanes import Lanes, unary
+from countersign.client.runtime_calls import RUNTIME_CALLS, RUNTIME_METHODS, runtime_answer
 from countersign.client.tls import TlsConfig, coordinator_dns, open_channel, signer_dns, verifier_dns
 from countersign.keys import PublicKey, Signer
 from countersign.reasons import Reason, Verdict, VerificationResult
@@ -149,24 +150,6 @@ class VerifierClient:
         if self._lanes is not None:
             self._lanes.close()
         self._channel.close()
-
-
-# The oneof field of RuntimeCall that carries each runtime method's request, and back.
-RUNTIME_CALLS = {
-    "IssueRoot": "issue_root",
-    "IssueLocalChild": "issue_local_child",
-    "IssueReceipt": "issue_receipt",
-    "OpenGrant": "open_grant",
-    "AcceptDelegation": "accept_delegation",
-}
-RUNTIME_METHODS = {field: method for method, field in RUNTIME_CALLS.items()}
-
-
-def runtime_answer(method: str, response: Any) -> signer_pb2.RuntimeAnswer:
-    """The RuntimeAnswer that carries ``method``'s unary response."""
-    if method == "OpenGrant":
-        return signer_pb2.RuntimeAnswer(grant=response)
-    return signer_pb2.RuntimeAnswer(issued=response)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from countersign.errors import CountersignError
+from countersign.errors import CountersignError, ErrorCode
 
 DOMAIN = "countersign.dev"
 
@@ -23,7 +23,7 @@ class ServiceError(CountersignError):
 
     def __init__(
         self,
-        code: str,
+        code: ErrorCode | str,
         message: str,
         status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
         *,
@@ -31,7 +31,7 @@ class ServiceError(CountersignError):
         details: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)  # a name outside the closed list is a bug: ValueError
         self.status = status
         self.retryable = retryable
         self.details = dict(details or {})
@@ -50,11 +50,8 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
                 details = {k: v for k, v in info.metadata.items() if k != "retryable"}
                 return ServiceError(
-                    info.reason, status.message, code, retryable=info.metadata.get("retryable") == "true",
+                    ErrorCode.of(info.reason), status.message, code, retryable=info.metadata.get("retryable") == "true",
                     details=details,
                 )  # fmt: skip
     transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    reason = {grpc.StatusCode.UNAVAILABLE: "UNAVAILABLE", grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED"}.get(
-        code, code.name
-    )
-    return ServiceError(reason, exc.details() or code.name, code, retryable=transient)
+    return ServiceError(ErrorCode.of(code.name), exc.details() or code.name, code, retryable=transient)
