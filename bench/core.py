@@ -28,12 +28,12 @@ from countersign.verify import (
     SerialSignatures,
     SignatureBatch,
     SignatureCheck,
-    ThreadedSignatures,
     VerifierPolicy,
     check_lineage,
     verify_path,
     verify_path_bytes,
 )
+from verifier.signature_threads import ThreadedSignatures
 
 NOW_MS = 1_780_000_000_000
 HDP_DEPTH5_US = 746.0  # DESIGN.md section 7: HDP verifying its 5-signature depth-5 chain on this kind of machine

@@ -34,11 +34,11 @@ from countersign.verify import (
     SERIAL,
     Mode,
     SignatureBatch,
-    ThreadedSignatures,
     VerifierPolicy,
     malformed_result,
     verify_path,
 )
+from verifier.signature_threads import ThreadedSignatures
 from verifier.stores import StoreConfigError, open_store
 
 log = logging.getLogger("countersign.verifier")

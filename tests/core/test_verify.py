@@ -19,12 +19,12 @@ from countersign.verify import (
     DEFAULT_POLICY,
     Mode,
     SerialSignatures,
-    ThreadedSignatures,
     VerifierPolicy,
     check_lineage,
     verify_path,
     verify_path_bytes,
 )
+from verifier.signature_threads import ThreadedSignatures
 
 from .strategies import MESH, NOW_MS, valid_paths
 

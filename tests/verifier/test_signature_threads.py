@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from countersign.verify import SignatureCheck, ThreadedSignatures
+from countersign.verify import SignatureCheck
+from verifier.signature_threads import ThreadedSignatures
 
 
 class _Check:
