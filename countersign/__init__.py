@@ -5,7 +5,8 @@ bytes (:mod:`countersign.records`, :mod:`countersign.canonical`), keys and the s
 (:mod:`countersign.keys`), the six lineage constructions (:mod:`countersign.constructions`), path
 verification (:mod:`countersign.verify`) with its typed reasons (:mod:`countersign.reasons`), the
 registry view (:mod:`countersign.registry`) and the verifier-state interface (:mod:`countersign.state`).
-The command line (:mod:`countersign.cli`) is a shell on top.
+Clients (:mod:`countersign.client`), the daemons and the command line (:mod:`countersign_cli`) are
+shells on top (docs/adr/0010-one-way-layering.md).
 """
 
 from countersign.reasons import Reason, Verdict, VerificationResult

@@ -7,7 +7,7 @@ field (parent reference, depth, agent system, expiry) to be consistent again, re
 holds the key for, and leaves every other signature as it was. Whether that yields an accepted path is
 then up to the verifier: a construction stops an attack exactly when an edit or relink touches bytes
 that an uncompromised key signed. Nothing in this module knows which construction "should" win; the
-expected pattern (DESIGN.md section 3) is only compared afterwards.
+expected pattern (docs/conformance.md) is only compared afterwards.
 
 Pure: randomness comes from an injected ``random.Random``; an unexpected exception propagates and
 aborts the run (it is a bug, never counted as a rejection).
@@ -100,7 +100,7 @@ EXPECTED_ACCEPTED: dict[Attack, dict[Construction, bool]] = {
         Attack.REVOKED_CHILD_GRAFT: (A, A, R, R, R, R),
     }.items()
 }
-"""DESIGN.md section 3 (and its key-compromise table), extended to every construction and attack."""
+"""The expected pattern of docs/conformance.md (the constructions of docs/spec.md section 5), extended to every construction and attack."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,7 @@ class ErrorCode(StrEnum):
     SEQUENCE_CONFLICT = "SEQUENCE_CONFLICT"
     CHAIN_MISMATCH = "CHAIN_MISMATCH"
     INVALID_STATEMENT = "INVALID_STATEMENT"
+    ROLLBACK = "ROLLBACK"  # found by a follower or operator: the served log is shorter than the copy held
     # seen by a client when no server answered with a code of its own (transport, limits, gRPC itself)
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"

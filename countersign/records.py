@@ -45,7 +45,7 @@ EDGE_DOMAIN: Final = "countersign/edge-manifest/v1"
 
 
 class Construction(enum.StrEnum):
-    """The six lineage constructions (DESIGN.md section 3)."""
+    """The six lineage constructions (docs/spec.md section 5)."""
 
     NO_CHAIN = "no-chain"
     HASH_ONLY = "hash-only"
@@ -289,7 +289,7 @@ RECORD_KEYS: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
-    """One agent instance's record in a delegation path (DESIGN.md section 2)."""
+    """One agent instance's record in a delegation path (docs/spec.md section 4.3)."""
 
     construction: Construction
     deployer: str

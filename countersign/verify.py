@@ -1,4 +1,4 @@
-"""Verifying a presented root-to-leaf path (DESIGN.md section 4, normative order in docs/spec.md).
+"""Verifying a presented root-to-leaf path (normative order: docs/spec.md section 6).
 
 The checks run record by record from the root, failing closed at the first violation with a typed
 reason and the offending index; the output and the durable state come last, so nothing is recorded

@@ -313,7 +313,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         print(
             f"\nA/R: expected accept/reject. {len(cells)} cells × {args.trials} trials in {elapsed:.1f} s; "
             + (
-                "pattern matches DESIGN.md section 3."
+                "pattern matches docs/conformance.md."
                 if not mismatches
                 else f"{len(mismatches)} cells DIFFER (marked !)."
             )

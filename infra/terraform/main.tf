@@ -9,7 +9,7 @@ data "aws_partition" "current" {}
 locals {
   name = "${var.name_prefix}-${var.environment}"
 
-  # gRPC and Prometheus ports fixed by the design (DESIGN.md section 5); every module takes them from here.
+  # gRPC and Prometheus ports fixed by docs/api.md; every module takes them from here.
   ports = {
     coordinator         = 7400
     signer              = 7401

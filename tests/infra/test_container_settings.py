@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TF_DIR = REPO_ROOT / "infra" / "terraform"
 PREFIX = "COUNTERSIGN_"
 
-# daemon -> (file, config class); the [tls] table is countersign/service/config.py TlsConfig.
+# daemon -> (file, config class); the [tls] table is countersign/client/tls.py TlsConfig.
 CONFIG_CLASSES = {
     "coordinator": ("coordinator/daemon.py", "CoordinatorConfig"),
     "signer": ("signer/daemon.py", "SignerConfig"),
@@ -80,7 +80,7 @@ class Settings:
 def settings_of(daemon: str) -> Settings:
     path, class_name = CONFIG_CLASSES[daemon]
     fields = dataclass_fields(REPO_ROOT / path, class_name)
-    tls_fields = dataclass_fields(REPO_ROOT / "countersign/service/config.py", "TlsConfig")
+    tls_fields = dataclass_fields(REPO_ROOT / "countersign/client/tls.py", "TlsConfig")
     plain = {PREFIX + f.name.upper(): f for f in fields if f.type != "TlsConfig"}
     assert any(f.type == "TlsConfig" and f.name == "tls" for f in fields), f"{class_name} has no [tls] table"
     tls = {f"{PREFIX}TLS_{f.name.upper()}": f.name for f in tls_fields}
