@@ -36,7 +36,7 @@ from countersign.verify import (
 from verifier.signature_threads import ThreadedSignatures
 
 NOW_MS = 1_780_000_000_000
-HDP_DEPTH5_US = 746.0  # HDP verifying its 5-signature depth-5 chain, as reported for this kind of machine (not run here)
+HDP_DEPTH5_US = 746.0  # HDP's 5-signature depth-5 chain, as reported for this kind of machine (not run here)
 TARGET_RATIO = 1.15
 
 

@@ -100,7 +100,7 @@ EXPECTED_ACCEPTED: dict[Attack, dict[Construction, bool]] = {
         Attack.REVOKED_CHILD_GRAFT: (A, A, R, R, R, R),
     }.items()
 }
-"""The expected pattern of docs/conformance.md (the constructions of docs/spec.md section 5), extended to every construction and attack."""
+"""The expected pattern of docs/conformance.md, for every construction of docs/spec.md section 5 and attack."""
 
 
 @dataclass(frozen=True, slots=True)

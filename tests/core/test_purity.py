@@ -71,9 +71,9 @@ def floor_of(module: str) -> int | None:
     best: tuple[int, int] | None = None
     for level, (_, prefixes) in enumerate(FLOORS):
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
-                if best is None or len(prefix) > best[1]:
-                    best = (level, len(prefix))
+            matches = module == prefix or module.startswith(prefix + ".")
+            if matches and (best is None or len(prefix) > best[1]):
+                best = (level, len(prefix))
     return None if best is None else best[0]
 
 
@@ -99,15 +99,15 @@ def upward_imports(source: str, module: str, is_package: bool = False) -> list[s
     here = floor_of(module)
     if here is None:
         return []
+    own_top = module.partition(".")[0]
     wrong = []
     for name in imported_modules(source, module, is_package):
-        top = name.split(".")[0]
+        top = name.partition(".")[0]
         there = floor_of(name)
-        if top in AROUND:
-            wrong.append(name)
-        elif there is not None and there > here:
-            wrong.append(name)
-        elif top in DAEMONS and module.split(".")[0] in DAEMONS and top != module.split(".")[0]:
+        into_harness = top in AROUND
+        upward = there is not None and there > here
+        across_daemons = top in DAEMONS and own_top in DAEMONS and top != own_top
+        if into_harness or upward or across_daemons:
             wrong.append(name)
     return wrong
 
