@@ -17,6 +17,11 @@ from countersign.errors import ConfigError, CountersignError, SignerError
 from countersign.keys import PublicKey, Signer
 from countersign_cli.main import EXIT_OK, UsageError
 
+# The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
+# parsers take at most (a path or statement of 1 MiB, spec section 10) with room for the other fields;
+# the verifier also takes the output bytes (at most 16 MiB).
+MAX_MESSAGE_BYTES = {"coordinator": 2 << 20, "signer": 2 << 20, "verifier": 18 << 20}
+
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for daemon in ("coordinator", "signer", "verifier"):
@@ -147,6 +152,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log_level=config.log_level,
             # Threads for calls, plus one per lane a verifier may hold open (each holds its thread).
             max_workers=worker_count(getattr(config, "max_workers", 0)) + getattr(config, "max_lanes", 0),
+            limits=config.limits,
+            max_message_bytes=config.limits.max_message_bytes or MAX_MESSAGE_BYTES[args.daemon],
         )
     except (ConfigError, SignerError) as exc:
         raise UsageError(f"bad configuration: {exc}") from None

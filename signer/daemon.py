@@ -26,6 +26,7 @@ import prometheus_client
 from countersign._daemon.config import parse_address, parse_operator_key, validate_daemon, validate_follower
 from countersign._daemon.edge import servicer_edge, stream_edge
 from countersign._daemon.lane_slots import LaneSlots
+from countersign._daemon.limits import LimitsConfig
 from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
@@ -96,9 +97,11 @@ class SignerConfig:
     # wait on each other, and each open lane from a peer holds a thread: keep enough threads that
     # neither starves the other calls.
     max_workers: int = 32
+    limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
+        self.limits.validate()
         addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
         validate_daemon("signer", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
         validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)

@@ -18,6 +18,7 @@ import prometheus_client
 from countersign._daemon.config import parse_operator_key, validate_daemon, validate_follower
 from countersign._daemon.edge import servicer_edge, stream_edge
 from countersign._daemon.lane_slots import LaneSlots
+from countersign._daemon.limits import LimitsConfig
 from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.server import usable_cpus
 from countersign._daemon.tls import peer_identity
@@ -76,9 +77,11 @@ class VerifierConfig:
     # verifier busy on every core checks each path on its own thread. 1 checks them one after another.
     signature_threads: int = 2
     max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
+    limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
+        self.limits.validate()
         addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
         validate_daemon("verifier", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
         validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)

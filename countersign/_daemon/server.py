@@ -18,10 +18,11 @@ from grpc_reflection.v1alpha import reflection
 
 from countersign._daemon.config import parse_address
 from countersign._daemon.edge import abort
+from countersign._daemon.limits import LimitsConfig, PeerLimits
 from countersign._daemon.logs import setup_logging, stop_logging
 from countersign._daemon.tls import server_credentials
 from countersign.client.errors import ServiceError
-from countersign.client.tls import CHANNEL_OPTIONS, TlsConfig
+from countersign.client.tls import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, TlsConfig
 from countersign.errors import ConfigError
 
 log = logging.getLogger("countersign.service")
@@ -139,17 +140,38 @@ def worker_count(configured: int) -> int:
 
 
 def create_server(
-    listen: str, tls: TlsConfig, register: Callable[[grpc.Server], Sequence[str]], *, max_workers: int = 0
+    listen: str,
+    tls: TlsConfig,
+    register: Callable[[grpc.Server], Sequence[str]],
+    *,
+    max_workers: int = 0,
+    limits: LimitsConfig | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    metrics_registry: prometheus_client.CollectorRegistry | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """Build and start a server bound to ``listen`` (port 0 picks a free port); return it with its port."""
+    """Build and start a server bound to ``listen`` (port 0 picks a free port); return it with its port.
+
+    The pool holds ``max_workers`` threads for unary calls plus one per stream ``limits`` lets open
+    (``countersign._daemon.limits``), so open streams never take the threads unary calls need.
+    """
     parse_address(listen, "listen")
+    limits = limits or LimitsConfig()
+    workers = worker_count(max_workers)
+    options = [
+        *[(name, value) for name, value in CHANNEL_OPTIONS if name != "grpc.max_receive_message_length"],
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=worker_count(max_workers)),
-        options=CHANNEL_OPTIONS,
-        interceptors=[DecodeGuard()],
+        ThreadPoolExecutor(max_workers=workers + limits.streams_total),
+        options=options,
+        interceptors=[PeerLimits(limits, metrics_registry), DecodeGuard()],
+        # A bound on calls queued for a thread, so a flood of unary calls cannot grow without limit.
+        maximum_concurrent_rpcs=limits.streams_total + 16 * workers,
     )
     names = list(register(server))
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    # Blocking, so that each health watch holds a stream slot like every other stream (a
+    # non-blocking watch would hold no thread but could not be counted against its peer's limit).
+    health_servicer = _HealthWithList(experimental_non_blocking=False)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
@@ -167,6 +189,18 @@ def create_server(
     for name in ("", *names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, port, health_servicer
+
+
+class _HealthWithList(health.HealthServicer):  # type: ignore[misc]
+    """The standard health service, with ``List`` (advertised by the proto, but left unimplemented
+    by the library: each call would log an error with a traceback)."""
+
+    def List(self, request: health_pb2.HealthListRequest, context: grpc.ServicerContext) -> Any:  # noqa: N802 (the proto names it)
+        with self._lock:
+            statuses = {
+                name: health_pb2.HealthCheckResponse(status=status) for name, status in self._server_status.items()
+            }
+        return health_pb2.HealthListResponse(statuses=statuses)
 
 
 def start_metrics(listen: str, registry: prometheus_client.CollectorRegistry) -> tuple[Any, int]:
@@ -190,11 +224,16 @@ def run_daemon(
     log_level: str,
     grace_s: float = 5.0,
     max_workers: int = 0,
+    limits: LimitsConfig | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> int:
     """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
     logging_thread = setup_logging(name, log_level)
     stop = StopSignals()
-    server, port, health_servicer = create_server(listen, tls, daemon.register, max_workers=max_workers)
+    server, port, health_servicer = create_server(
+        listen, tls, daemon.register, max_workers=max_workers, limits=limits,
+        max_message_bytes=max_message_bytes, metrics_registry=metrics_registry,
+    )  # fmt: skip
     httpd = None
     metrics_port = 0
     if metrics_listen:
