@@ -29,6 +29,7 @@ MAX_DEPTH: Final = MAX_PATH_LENGTH - 1
 MAX_CHILDREN_LIMIT: Final = 65_535
 MAX_ALLOWED_CHILDREN: Final = 64
 MAX_INPUT_BYTES: Final = 1 << 20
+MAX_NESTING: Final = 32  # arrays and objects inside one another (spec 2.1); a valid path uses 6
 
 DEPLOYER_ID_PATTERN: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 KEY_ID_PATTERN: Final = re.compile(r"ed25519:[0-9a-f]{32}")
@@ -479,8 +480,19 @@ class Path:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Path:
-        """Parse a path from JSON bytes. Raises MalformedError (never anything else) on bad input."""
-        return cls.from_json(parse_json(data))
+        """Parse a path from JSON bytes. Raises MalformedError (never anything else) on bad input.
+
+        Input nested deeper than ``MAX_NESTING`` is ``MALFORMED`` at index null whatever else is wrong
+        with it (spec 2.1, step 1 of 4.5). A path that passes the schema is at most six levels deep, so
+        the depth is measured only when parsing fails: the answer is the same as measuring first,
+        and a valid path pays nothing for it.
+        """
+        try:
+            return cls.from_json(parse_json(data))
+        except MalformedError:
+            if nesting_exceeds(bytes(data)):
+                raise MalformedError(f"input is nested deeper than {MAX_NESTING} levels") from None
+            raise
 
     @property
     def leaf(self) -> Envelope:
@@ -508,11 +520,34 @@ def _reject_constant(text: str) -> Any:
     raise MalformedError(f"{text} is not JSON")
 
 
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_STRUCTURE: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_STRUCTURE_OR_QUOTE: Final = bytes(b for b in range(256) if b not in b'[]{}"')
+_INNERMOST_PAIR: Final = re.compile(rb"\{\}|\[\]")
+
+
+def nesting_exceeds(raw: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether the JSON text ``raw`` opens more than ``limit`` arrays and objects inside one another
+    (the outermost value counts as one level). Brackets inside strings do not count. Text that is not
+    bracket-balanced JSON is left to the parser to refuse (False), unless it is already too deep."""
+    structure = raw.translate(None, _NOT_STRUCTURE_OR_QUOTE).replace(b'""', b"")
+    if b'"' in structure or b"\\" in raw:  # a string holds a bracket or an escape: strip strings exactly
+        structure = _JSON_STRING.sub(b"", raw).translate(None, _NOT_STRUCTURE)
+    for _ in range(limit):
+        inner_removed = _INNERMOST_PAIR.sub(b"", structure)  # one level: only the pairs there before
+        if inner_removed == structure:  # nothing left to remove (or unbalanced)
+            return False
+        structure = inner_removed
+    return structure != b""
+
+
 def parse_json(data: bytes | str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
     """Strict JSON: UTF-8 only, bounded size, no duplicate keys, no floats, no NaN.
 
-    Deep nesting ends in the C parser's recursion guard (RecursionError), reported as malformed.
-    Raises MalformedError for every way the input can be bad.
+    Nesting deeper than the C parser's recursion guard (RecursionError) is reported as malformed;
+    callers that need a nesting limit independent of the caller's stack depth use
+    :func:`nesting_exceeds` (``Path.from_bytes`` does). Raises MalformedError for every way the input
+    can be bad.
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:

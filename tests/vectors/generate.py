@@ -273,6 +273,13 @@ def invalid_vectors(m: SampleMesh) -> list[dict[str, Any]]:
         0,
     )
     add("malformed-deep-nesting", "deeply nested arrays", "[" * 3_000 + "]" * 3_000, "MALFORMED", None)
+    # The nesting limit (spec 2.1): path, envelopes, envelope, record and agent are five levels, so an
+    # agent instance of 27 nested arrays is 32 levels (the schema refuses it at its envelope) and one of
+    # 28 is 33 (refused at index null before anything else, the schema included).
+    instance = f'"instance":"{dag.envelopes[0].record.agent.instance}"'
+    for levels, name, index in ((27, "malformed-nesting-at-limit", 0), (28, "malformed-nesting-over-limit", None)):
+        deep = text.replace(instance, '"instance":' + "[" * levels + "0" + "]" * levels, 1)
+        add(name, f"an agent instance nested {levels} arrays deep: {levels + 5} levels", deep, "MALFORMED", index)
     add("unsupported-version", "record format version 2", text.replace('"v":1}', '"v":2}', 1), "UNSUPPORTED_VERSION", 0)
 
     # --- policy ---
