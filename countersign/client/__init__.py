@@ -9,14 +9,13 @@
 * the retry, deadline and failover policy (:class:`RetryPolicy`, :func:`verify_with_failover`,
   :func:`delegate_with_retry`).
 
-Example::
+Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
 
     from countersign.client import SignerClient, TlsConfig, VerifierClient
-
     tls = TlsConfig(ca="ca.pem", cert="runtime.pem", key="runtime.key")
-    with SignerClient("127.0.0.1:7001", tls, "deployer-a") as signer:
+    with SignerClient("127.0.0.1:7401", tls, "deployer-a") as signer:
         receipt = signer.receipt(signer.root("planner-1", "research"), hashlib.sha256(output).digest())
-    with VerifierClient("127.0.0.1:7100", tls) as verifier:
+    with VerifierClient("127.0.0.1:7402", tls) as verifier:
         assert verifier.verify(receipt, output)
 """
 

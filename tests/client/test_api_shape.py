@@ -153,8 +153,8 @@ def test_async_client_mirrors_its_sync_twin(sync: type, aio: type) -> None:
             assert parameter.default == sync_signature.parameters[parameter.name].default, f"{name}({parameter.name})"
         hints = typing.get_type_hints(aio_method), typing.get_type_hints(sync_methods[name])
         assert hints[0] == hints[1], name
-    assert inspect.iscoroutinefunction(aio.__aenter__) and inspect.iscoroutinefunction(aio.__aexit__)
-    assert callable(sync.__enter__) and callable(sync.__exit__)
+    assert all(inspect.iscoroutinefunction(getattr(aio, name)) for name in ("__aenter__", "__aexit__", "close"))
+    assert all(inspect.isfunction(getattr(sync, name)) for name in ("__enter__", "__exit__", "close"))
 
 
 def test_verdict_is_truthy_exactly_on_accept() -> None:
