@@ -234,7 +234,7 @@ def _verification(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
 def _registry(mesh: LocalMesh) -> dict[str, Any]:
     """The registry the verifier folded (from the coordinator's log), in the registry file format."""
     from countersign.admission import AdmissionLog, SignedStatement
-    from countersign.client.clients import coordinator_log
+    from countersign.client.operator import coordinator_log
     from countersign.keys import PublicKey
 
     log = AdmissionLog(PublicKey(mesh.operator.public_key))
@@ -249,7 +249,7 @@ def _registry(mesh: LocalMesh) -> dict[str, Any]:
 
 def _memory(mesh: LocalMesh, quick: bool) -> dict[str, Any]:
     """Resident memory of each daemon after warm-up and after ``total`` requests to it."""
-    from countersign.client.clients import coordinator_log
+    from countersign.client.operator import coordinator_log
 
     total = 5_000 if quick else 100_000
     warm = total // 10

@@ -36,7 +36,7 @@ from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 from countersign_cli.offline import now_ms, render_tree
 
 if TYPE_CHECKING:
-    from countersign.client.clients import VerifierClient
+    from countersign.client import VerifierClient
 from countersign.verify import Mode, verify_path
 
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
@@ -152,16 +152,16 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
         verifier = mesh.verifier_client()
         data = final.to_bytes()
         print("Verification through the verifier service:")
-        report.outcome("final output of the Writer", verifier.verify(data, OUTPUTS[2])[0], None)
-        report.outcome("replay of the same path", verifier.verify(data, OUTPUTS[2])[0], Reason.NONCE_REPLAYED)
+        report.outcome("final output of the Writer", verifier.verify(data, OUTPUTS[2]).result, None)
+        report.outcome("replay of the same path", verifier.verify(data, OUTPUTS[2]).result, Reason.NONCE_REPLAYED)
         report.outcome(
             "substituted output bytes",
-            verifier.verify(data, b"Final report: they disagree.\n")[0],
+            verifier.verify(data, b"Final report: they disagree.\n").result,
             Reason.OUTPUT_MISMATCH,
         )
         report.outcome(
             "planner's receipt (a sibling branch; audit mode)",
-            verifier.verify(planner_receipt.to_bytes(), OUTPUTS[0], audit=True)[0],
+            verifier.verify(planner_receipt.to_bytes(), OUTPUTS[0], audit=True).result,
             None,
         )
 
@@ -170,7 +170,7 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
         now = now_ms()
         graft = graft_with_stolen_key(final, stolen, "deployer-b", rogue, now, mesh.deployer_keys["deployer-a"].key_id)
         report.outcome(
-            "graft under the Planner with deployer-b's stolen key", verifier.verify(graft.to_bytes(), rogue)[0],
+            "graft under the Planner with deployer-b's stolen key", verifier.verify(graft.to_bytes(), rogue).result,
             Reason.BAD_COSIGNATURE,
         )  # fmt: skip
         linked = linked_list_root(mesh.deployer_keys["deployer-a"], system, now)
@@ -178,7 +178,7 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
             linked, stolen, "deployer-b", rogue, now, mesh.deployer_keys["deployer-a"].key_id
         )
         report.outcome(
-            "same graft under LINKED-LIST", verifier.verify(graft_ll.to_bytes(), rogue)[0], None,
+            "same graft under LINKED-LIST", verifier.verify(graft_ll.to_bytes(), rogue).result, None,
             note="  <- known limit: the child signs alone",
         )  # fmt: skip
 
@@ -228,7 +228,7 @@ def wait_for(
     """Audit ``path`` until the verdict has ``reason`` (None: accepted) or the time is up."""
     deadline = time.monotonic() + timeout_s
     while True:
-        result, _ = verifier.verify(path.to_bytes(), b"deployer-d output\n", audit=True)
+        result = verifier.verify(path.to_bytes(), b"deployer-d output\n", audit=True).result
         if result.reason is reason or time.monotonic() > deadline:
             return result
         time.sleep(0.005)
@@ -254,7 +254,7 @@ def linked_list_root(key: Signer, system: str, now: int) -> Path:
 
 def export_evidence(mesh: object, out: FilePath, path: Path, output: bytes) -> None:
     from countersign.admission import AdmissionLog, SignedStatement
-    from countersign.client.clients import coordinator_log
+    from countersign.client.operator import coordinator_log
     from countersign.keys import PublicKey
     from countersign_cli.localmesh import LocalMesh
 

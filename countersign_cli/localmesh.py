@@ -24,7 +24,7 @@ from typing import Any
 from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
-from countersign.client.clients import OperatorClient, SignerClient, VerifierClient
+from countersign.client import OperatorClient, SignerClient, VerifierClient
 from countersign.client.tls import TlsConfig, coordinator_dns, signer_dns, verifier_dns
 from countersign.keys import Ed25519Signer
 

@@ -207,13 +207,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def verify_remotely(args: argparse.Namespace, path_bytes: bytes, output: bytes) -> int:
     """Ask a verifier service; print the same verdict object as offline verification."""
-    from countersign.client.clients import VerifierClient
+    from countersign.client import VerifierClient
     from countersign.client.errors import ServiceError
     from countersign_cli.services import client_tls
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))
     try:
-        result, _ = client.verify(path_bytes, output, audit=args.audit)
+        result = client.verify(path_bytes, output, audit=args.audit).result
     except ServiceError as exc:
         raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}") from None
     finally:

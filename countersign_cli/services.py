@@ -227,7 +227,7 @@ def cmd_operator_init(args: argparse.Namespace) -> int:
 
 def cmd_operator_statement(args: argparse.Namespace) -> int:
     from countersign.canonical import b64url_decode
-    from countersign.client.clients import OperatorClient
+    from countersign.client import OperatorClient
     from countersign.keys import PUBLIC_KEY_LENGTH, key_id_for
 
     operator = load_key(args.key)
@@ -297,7 +297,7 @@ def _sign_offline(
 
 
 def cmd_operator_submit(args: argparse.Namespace) -> int:
-    from countersign.client.clients import submit_statement
+    from countersign.client.operator import submit_statement
 
     try:
         signed = SignedStatement.from_bytes(Path(args.statement).read_bytes())
@@ -313,7 +313,7 @@ def cmd_operator_submit(args: argparse.Namespace) -> int:
 
 def cmd_registry_export(args: argparse.Namespace) -> int:
     from countersign._daemon.config import parse_operator_key
-    from countersign.client.clients import coordinator_log
+    from countersign.client.operator import coordinator_log
 
     try:
         operator = parse_operator_key(args.operator_public_key)

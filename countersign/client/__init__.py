@@ -1,0 +1,56 @@
+"""The client SDK: what an application imports to talk to Countersign's services (ADR 0012).
+
+* :class:`SignerClient` (a deployer's runtime and its own signer), :class:`VerifierClient` (a
+  consumer and a verifier replica), :class:`OperatorClient` (the operator and the coordinator), and
+  their asyncio twins on ``grpc.aio`` (:class:`AsyncSignerClient`, ...), whose calls are unary;
+* typed results (:class:`Grant`, :class:`VerifierVerdict`) and domain values
+  (``countersign.records.Path``, bytes, str, int): no protobuf type crosses this API;
+* every refusal is a :class:`ServiceError` whose ``code`` is an :class:`ErrorCode`;
+* the retry, deadline and failover policy (:class:`RetryPolicy`, :func:`verify_with_failover`,
+  :func:`delegate_with_retry`).
+
+Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
+
+    from countersign.client import SignerClient, TlsConfig, VerifierClient
+    tls = TlsConfig(ca="ca.pem", cert="runtime.pem", key="runtime.key")
+    with SignerClient("127.0.0.1:7401", tls, "deployer-a") as signer:
+        receipt = signer.receipt(signer.root("planner-1", "research"), hashlib.sha256(output).digest())
+    with VerifierClient("127.0.0.1:7402", tls) as verifier:
+        assert verifier.verify(receipt, output)
+"""
+
+from countersign.client.errors import ServiceError
+from countersign.client.operator import AsyncOperatorClient, OperatorClient
+from countersign.client.results import Grant, VerifierVerdict
+from countersign.client.retry import (
+    Attempt,
+    IssueOutcome,
+    RetryPolicy,
+    VerifyOutcome,
+    delegate_with_retry,
+    verify_with_failover,
+)
+from countersign.client.signer import AsyncSignerClient, SignerClient
+from countersign.client.tls import TlsConfig
+from countersign.client.verifier import AsyncVerifierClient, VerifierClient
+from countersign.errors import ErrorCode
+
+__all__ = [
+    "AsyncOperatorClient",
+    "AsyncSignerClient",
+    "AsyncVerifierClient",
+    "Attempt",
+    "ErrorCode",
+    "Grant",
+    "IssueOutcome",
+    "OperatorClient",
+    "RetryPolicy",
+    "ServiceError",
+    "SignerClient",
+    "TlsConfig",
+    "VerifierClient",
+    "VerifierVerdict",
+    "VerifyOutcome",
+    "delegate_with_retry",
+    "verify_with_failover",
+]

@@ -41,7 +41,11 @@ class ServiceError(CountersignError):
 
 
 def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
-    """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE)."""
+    """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE).
+
+    ``exc`` is a sync call's error or a ``grpc.aio.AioRpcError``: both answer ``code()``,
+    ``details()`` and ``trailing_metadata()`` synchronously (an aio error is a snapshot of the
+    finished call), and both iterate their trailing metadata as (key, value) pairs."""
     status = rpc_status.from_call(exc)
     code = exc.code()
     if status is not None:

@@ -1,4 +1,5 @@
-"""The client retry and deadline policy the zone scenarios use (documented in docs/zones.md).
+"""The client retry, deadline and failover policy (documented in docs/zones.md; the zone scenarios
+measure it under partitions, loss and replica kills).
 
 * Every attempt has its own deadline (``attempt_timeout_s``); the whole operation has an overall
   deadline (``deadline_s``) and an attempt budget.
@@ -28,8 +29,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from countersign.client.clients import SignerClient, VerifierClient
 from countersign.client.errors import ServiceError
+from countersign.client.results import Grant
+from countersign.client.signer import SignerClient
+from countersign.client.verifier import VerifierClient
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path
 
@@ -92,14 +95,15 @@ class VerifyOutcome:
 
 def verify_with_failover(
     clients: Sequence[VerifierClient],
-    data: bytes,
+    path: Path | bytes,
     output: bytes,
     policy: RetryPolicy,
     *,
     audit: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> VerifyOutcome:
-    """Verify through ``clients`` (in order, wrapping round) under ``policy``."""
+    """Verify ``path`` for ``output`` through ``clients`` (in order, wrapping round) under ``policy``.
+    Never raises ServiceError: every failed attempt is in the outcome's ``attempts``."""
     outcome = VerifyOutcome(None)
     request_id = uuid.uuid4().hex  # one key for every attempt of this call
     deadline = time.monotonic() + policy.deadline_s
@@ -110,9 +114,9 @@ def verify_with_failover(
             break
         started = time.monotonic()
         try:
-            result, _ = client.verify(
-                data, output, audit=audit, timeout_s=min(policy.attempt_timeout_s, remaining), request_id=request_id
-            )
+            result = client.verify(
+                path, output, audit=audit, timeout_s=min(policy.attempt_timeout_s, remaining), request_id=request_id
+            ).result
         except ServiceError as exc:
             outcome.attempts.append(Attempt(client.address, exc.code, time.monotonic() - started, True))
             if exc.code not in RETRYABLE_CODES and exc.code not in MAYBE_DELIVERED:
@@ -146,9 +150,10 @@ def delegate_with_retry(
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> IssueOutcome:
-    """Open a grant (parent side) and accept it (child side), retrying under ``policy``."""
+    """Open a grant (parent side) and accept it (child side), retrying under ``policy``. Never raises
+    ServiceError: the outcome holds the child path, or None and every attempt's code."""
     outcome = IssueOutcome(None)
-    grant = None
+    grant: Grant | None = None
     deadline = time.monotonic() + policy.deadline_s
     for attempt in range(policy.attempts):
         if time.monotonic() > deadline:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from countersign.client.clients import SignerClient, VerifierClient
+from countersign.client import SignerClient, VerifierClient
 from countersign.client.tls import TlsConfig
 from countersign.errors import CountersignError
 from countersign.reasons import Reason, VerificationResult
@@ -93,11 +93,11 @@ def run(signers: dict[str, str], verifiers: list[str], tls_dir: Path, wait_s: fl
 
         data = final.to_bytes()
         print(f"Verification on {verifiers[0]} and {verifiers[1]} (one shared store):", flush=True)
-        outcome("final output of the Writer (replica 1)", first.verify(data, OUTPUTS[2])[0], None)
-        outcome("replay of the same path (replica 2)", second.verify(data, OUTPUTS[2])[0], Reason.NONCE_REPLAYED)
+        outcome("final output of the Writer (replica 1)", first.verify(data, OUTPUTS[2]).result, None)
+        outcome("replay of the same path (replica 2)", second.verify(data, OUTPUTS[2]).result, Reason.NONCE_REPLAYED)
         outcome(
             "substituted output bytes (replica 2)",
-            second.verify(data, b"Final report: they disagree.\n", audit=True)[0],
+            second.verify(data, b"Final report: they disagree.\n", audit=True).result,
             Reason.OUTPUT_MISMATCH,
         )
     except CountersignError as exc:

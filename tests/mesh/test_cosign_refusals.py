@@ -17,9 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from countersign._proto.v1 import signer_pb2
 from countersign._proto.v1.signer_pb2_grpc import SignerStub
-from countersign.client.clients import SignerClient
+from countersign.client import Grant, SignerClient
 from countersign.client.errors import ServiceError
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
@@ -87,9 +86,7 @@ def a_root(rt: dict[str, SignerClient], **agent: int) -> Path:
 def test_no_grant(mesh: LocalMesh, rt: dict[str, SignerClient], as_b_signer: SignerStub) -> None:
     root = a_root(rt)
     before = Snapshot(mesh, root, "deployer-b")
-    missing = signer_pb2.OpenGrantResponse(
-        grant_id=secrets.token_hex(16), parent_key_id=mesh.deployer_keys["deployer-a"].key_id
-    )
+    missing = Grant(secrets.token_hex(16), "", mesh.deployer_keys["deployer-a"].key_id, "deployer-b", 0)
     error = service_error(lambda: rt["deployer-b"].accept(root, missing, mesh.daemons["deployer-a"].address, "r"))
     assert_parent_refused(error, "deployer-a", "GRANT_NOT_FOUND")
     before.assert_unchanged()
@@ -236,11 +233,7 @@ def test_child_not_allowed_by_signer_policy(mesh: LocalMesh, rt: dict[str, Signe
 def test_open_grant_policy_refusals(
     mesh: LocalMesh, rt: dict[str, SignerClient], restrict: list[str] | None, child: str, message: str
 ) -> None:
-    agent = signer_pb2.AgentFields(
-        instance="restricted", system="refusals", ttl_ms=600_000, max_children=4,
-        allowed_children=restrict or [], restrict_children=restrict is not None,
-    )  # fmt: skip
-    root = Path.from_bytes(rt["deployer-a"].stub.IssueRoot(signer_pb2.IssueRootRequest(agent=agent), timeout=10).path)
+    root = rt["deployer-a"].root("restricted", "refusals", ttl_ms=600_000, max_children=4, allowed_children=restrict)
     grants = grant_count(mesh, "deployer-a")
     error = service_error(lambda: rt["deployer-a"].open_grant(root, child))
     assert (error.code, error.status) == ("POLICY_REFUSED", REFUSED)

@@ -73,7 +73,8 @@ def test_planner_researcher_writer_with_receipts(mesh: LocalMesh, tmp_path: File
 
     # The intermediate receipts verify too (audit: nothing consumed).
     for receipt, output in ((planner_receipt, plan), (researcher_receipt, notes)):
-        result, sequence = verifier.verify(receipt.to_bytes(), output, audit=True)
+        verdict = verifier.verify(receipt.to_bytes(), output, audit=True)
+        result, sequence = verdict.result, verdict.registry_sequence
         assert result, result
         assert sequence == 3
 
@@ -86,7 +87,7 @@ def test_planner_researcher_writer_with_receipts(mesh: LocalMesh, tmp_path: File
         now_ms=now_ms(), policy=DEFAULT_POLICY,
     )  # fmt: skip
     assert offline.to_json() == {"verdict": "ACCEPT", "reason": None, "index": None, "detail": ""}
-    audited, _ = verifier.verify(final.to_bytes(), report, audit=True)
+    audited = verifier.verify(final.to_bytes(), report, audit=True).result
     assert audited.to_json() == offline.to_json()
 
     # The CLI against the service: the same verdict object, exit 0; then the replay, exit 1.
@@ -100,11 +101,11 @@ def test_planner_researcher_writer_with_receipts(mesh: LocalMesh, tmp_path: File
     assert replayed["verdict"] == "REJECT"
     assert replayed["reason"] == "NONCE_REPLAYED"
     assert replayed["index"] == 3
-    in_process, _ = verifier.verify(final.to_bytes(), report)
+    in_process = verifier.verify(final.to_bytes(), report).result
     assert in_process.to_json() == replayed
 
     # The same path with other output bytes is a mismatch (checked before the nonce).
-    mismatch, _ = verifier.verify(final.to_bytes(), report + b"!", audit=True)
+    mismatch = verifier.verify(final.to_bytes(), report + b"!", audit=True).result
     assert (mismatch.reason, mismatch.index) == ("OUTPUT_MISMATCH", 3)
     for client in (a, b, c, verifier):
         client.close()
@@ -120,8 +121,8 @@ def test_plaintext_loopback_mesh(make_mesh: Callable[..., LocalMesh]) -> None:
     output = b"plaintext answer\n"
     receipt = b.receipt(child, sha256(output))
     verifier = mesh.verifier_client()
-    assert verifier.verify(receipt.to_bytes(), output)[0]
-    assert verifier.verify(receipt.to_bytes(), output)[0].reason == "NONCE_REPLAYED"
+    assert verifier.verify(receipt.to_bytes(), output).result
+    assert verifier.verify(receipt.to_bytes(), output).result.reason == "NONCE_REPLAYED"
     for config in (mesh.workdir / "config").glob("*.toml"):
         assert "insecure_loopback = true" in config.read_text()
     for client in (a, b, verifier):

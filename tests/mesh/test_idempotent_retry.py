@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from countersign._proto.v1 import verifier_pb2
-from countersign.client.clients import VerifierClient
+from countersign.client import VerifierClient
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import channel_to, service_error, sha256, verifier_stub
 
@@ -28,13 +28,13 @@ def test_retry_with_the_same_key_is_accepted_again(mesh: LocalMesh) -> None:
     path = fresh_path(mesh)
     client = mesh.verifier_client()
     try:
-        first, _ = client.verify(path, OUTPUT, request_id="order-4711")
+        first = client.verify(path, OUTPUT, request_id="order-4711").result
         assert first
-        retried, _ = client.verify(path, OUTPUT, request_id="order-4711")
+        retried = client.verify(path, OUTPUT, request_id="order-4711").result
         assert retried, "the same request after a lost answer"
-        other_key, _ = client.verify(path, OUTPUT, request_id="order-4712")
+        other_key = client.verify(path, OUTPUT, request_id="order-4712").result
         assert other_key.reason is not None and other_key.reason.value == "NONCE_REPLAYED"
-        no_key, _ = client.verify(path, OUTPUT)
+        no_key = client.verify(path, OUTPUT).result
         assert no_key.reason is not None and no_key.reason.value == "NONCE_REPLAYED"
     finally:
         client.close()
@@ -44,7 +44,7 @@ def test_another_client_identity_cannot_reuse_a_key(mesh: LocalMesh) -> None:
     path = fresh_path(mesh)
     consumer = mesh.verifier_client()
     try:
-        assert consumer.verify(path, OUTPUT, request_id="shared-key")[0]
+        assert consumer.verify(path, OUTPUT, request_id="shared-key").result
     finally:
         consumer.close()
     # The operator's certificate is another client identity of the same CA.

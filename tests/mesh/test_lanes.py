@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign._proto.v1 import common_pb2, signer_pb2, verifier_pb2
-from countersign.client.clients import SignerClient, VerifierClient
+from countersign.client import SignerClient, VerifierClient
 from countersign.client.errors import ServiceError, from_rpc_error
 from countersign.constructions import EdgeProposal, verify_cosignature
 from countersign.keys import PublicKey
@@ -499,8 +499,8 @@ def test_a_lane_gives_the_verdict_a_unary_call_gives_for_any_byte_change(
     data, out = bytearray(path.to_bytes()), bytearray(output)
     target = out if in_output else data
     target[position % len(target)] = value
-    laned = on_lanes.verify(bytes(data), bytes(out), audit=True)[0]
-    called = unary.verify(bytes(data), bytes(out), audit=True)[0]
+    laned = on_lanes.verify(bytes(data), bytes(out), audit=True).result
+    called = unary.verify(bytes(data), bytes(out), audit=True).result
     assert (laned.verdict, laned.reason, laned.index) == (called.verdict, called.reason, called.index)
 
 
@@ -510,13 +510,13 @@ def test_a_verifier_client_lane_accepts_once_and_a_bad_request_ends_only_its_lan
     on_lanes, unary = verifier_clients
     path, output = emitted(lane_mesh, runtime_a, "verify-once")
     data = path.to_bytes()
-    assert on_lanes.verify(data, output)[0]  # accepted on a lane; the unary call then sees the replay
-    assert unary.verify(data, output)[0].reason is Reason.NONCE_REPLAYED
+    assert on_lanes.verify(data, output).result  # accepted on a lane; the unary call then sees the replay
+    assert unary.verify(data, output).result.reason is Reason.NONCE_REPLAYED
     assert lanes_open(lane_mesh, "verifier-0", "verify") >= 1
     with pytest.raises(ServiceError) as raised:  # over 16 MiB of output: refused, typed; the lane ends
         on_lanes.verify(data, b"o" * (17 << 20))
     assert raised.value.code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")
-    assert on_lanes.verify(data, output, audit=True)[0]  # the next call opens a new lane
+    assert on_lanes.verify(data, output, audit=True).result  # the next call opens a new lane
 
 
 def test_a_verifier_connection_holds_at_most_lanes_per_client_lanes(

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from countersign._proto.v1 import signer_pb2
+from countersign.client import Grant
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import delegate, scrape, service_error, sha256
 
@@ -26,7 +26,7 @@ def test_metrics(mesh: LocalMesh) -> None:
     before = {name: scrape(mesh, name) for name in mesh.daemons}
 
     child = delegate(mesh, root, "deployer-b", "r")  # one co-signature asked by deployer-b
-    refused = signer_pb2.OpenGrantResponse(grant_id="0" * 32, parent_key_id=mesh.deployer_keys["deployer-a"].key_id)
+    refused = Grant("0" * 32, "", mesh.deployer_keys["deployer-a"].key_id, "deployer-b", 0)  # never opened
     b = mesh.runtime("deployer-b")
     assert service_error(lambda: b.accept(root, refused, mesh.daemons["deployer-a"].address, "x")).code == (
         "PARENT_REFUSED"
@@ -34,9 +34,9 @@ def test_metrics(mesh: LocalMesh) -> None:
     output = b"measured\n"
     receipt = b.receipt(child, sha256(output))
     verifier = mesh.verifier_client()
-    assert verifier.verify(receipt.to_bytes(), output)[0]
-    assert verifier.verify(receipt.to_bytes(), output)[0].reason == "NONCE_REPLAYED"
-    assert verifier.verify(receipt.to_bytes(), output, audit=True)[0]  # audit ignores consumed nonces (spec 6.7)
+    assert verifier.verify(receipt.to_bytes(), output).result
+    assert verifier.verify(receipt.to_bytes(), output).result.reason == "NONCE_REPLAYED"
+    assert verifier.verify(receipt.to_bytes(), output, audit=True).result  # audit ignores consumed nonces (spec 6.7)
     after = {name: scrape(mesh, name) for name in mesh.daemons}
 
     for name, daemon in mesh.daemons.items():
@@ -126,7 +126,7 @@ def test_logs_hold_no_secrets(mesh: LocalMesh) -> None:
     c = mesh.runtime("deployer-c")
     receipt = c.receipt(writer, sha256(output))
     verifier = mesh.verifier_client()
-    assert verifier.verify(receipt.to_bytes(), output)[0]
+    assert verifier.verify(receipt.to_bytes(), output).result
     wrong_child = a.open_grant(planner, "deployer-c")  # and a refusal, so error paths log too
     assert service_error(lambda: b.accept(planner, wrong_child, mesh.daemons["deployer-a"].address, "x")).code == (
         "PARENT_REFUSED"

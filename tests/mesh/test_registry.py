@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 
-from countersign._proto.v1 import coordinator_pb2, signer_pb2
+from countersign._proto.v1 import coordinator_pb2
 from countersign.admission import SignedStatement, Statement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode
+from countersign.client import Grant
 from countersign.keys import Ed25519Signer
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import (
@@ -41,7 +42,8 @@ def test_revocation_reaches_a_running_verifier(make_mesh: Callable[..., LocalMes
     via_a_receipt = b.receipt(via_a, sha256(output))
     verifier = mesh.verifier_client()
     for path in (own, via_a_receipt):
-        result, sequence = verifier.verify(path.to_bytes(), output, audit=True)
+        verdict = verifier.verify(path.to_bytes(), output, audit=True)
+        result, sequence = verdict.result, verdict.registry_sequence
         assert (bool(result), sequence) == (True, 2), result
     verifier_pid = mesh.daemons["verifier-0"].process.pid  # type: ignore[union-attr]
 
@@ -51,13 +53,14 @@ def test_revocation_reaches_a_running_verifier(make_mesh: Callable[..., LocalMes
     revoked_at = time.monotonic()
 
     def revoked() -> tuple[object, int] | None:
-        result, sequence = verifier.verify(own.to_bytes(), output, audit=True)
+        verdict = verifier.verify(own.to_bytes(), output, audit=True)
+        result, sequence = verdict.result, verdict.registry_sequence
         return (result, sequence) if result.reason == "KEY_REVOKED" else None
 
     result, sequence = poll(revoked, timeout_s=5, what="KEY_REVOKED")
     assert time.monotonic() - revoked_at < 5
     assert (getattr(result, "index", None), sequence) == (0, 3)
-    through, _ = verifier.verify(via_a_receipt.to_bytes(), output, audit=True)
+    through = verifier.verify(via_a_receipt.to_bytes(), output, audit=True).result
     assert (through.reason, through.index) == ("KEY_REVOKED", 1)
     assert mesh.daemons["verifier-0"].process.pid == verifier_pid  # type: ignore[union-attr]
     assert mesh.daemons["verifier-0"].alive
@@ -87,7 +90,8 @@ def test_unenrolled_deployer_is_rejected(make_mesh: Callable[..., LocalMesh]) ->
     output = b"from an unenrolled deployer\n"
     own = d.receipt(d.root("rogue", "unenrolled"), sha256(output))
     verifier = mesh.verifier_client()
-    result, sequence = verifier.verify(own.to_bytes(), output, audit=True)
+    verdict = verifier.verify(own.to_bytes(), output, audit=True)
+    result, sequence = verdict.result, verdict.registry_sequence
     assert (result.reason, result.index, sequence) == ("UNKNOWN_DEPLOYER", 0, 2)
     verifier.close()
 
@@ -115,7 +119,7 @@ def test_unenrolled_deployer_is_rejected(make_mesh: Callable[..., LocalMesh]) ->
     d.close()
 
 
-def delegate_with_grant(mesh: LocalMesh, root: object, grant: signer_pb2.OpenGrantResponse) -> object:
+def delegate_with_grant(mesh: LocalMesh, root: object, grant: Grant) -> object:
     b = mesh.runtime("deployer-b")
     try:
         return b.accept(root, grant, mesh.daemons["deployer-a"].address, "honest")  # type: ignore[arg-type]

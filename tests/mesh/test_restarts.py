@@ -124,14 +124,15 @@ def test_verifier_restart_keeps_nonces_and_registry_copy(make_mesh: Callable[...
     output = b"an answer\n"
     accepted, unused = receipt_path(mesh, "p1", output), receipt_path(mesh, "p2", output)
     verifier = mesh.verifier_client()
-    assert verifier.verify(accepted.to_bytes(), output)[0]
+    assert verifier.verify(accepted.to_bytes(), output).result
     verifier.close()
 
     # The consumed nonce survives a restart (SQLite store).
     mesh.stop("verifier-0")
     mesh.start("verifier-0")
     verifier = mesh.verifier_client()
-    replay, sequence = verifier.verify(accepted.to_bytes(), output)
+    verdict = verifier.verify(accepted.to_bytes(), output)
+    replay, sequence = verdict.result, verdict.registry_sequence
     assert (replay.reason, replay.index, sequence) == ("NONCE_REPLAYED", 1, 2)
     verifier.close()
 
@@ -143,18 +144,19 @@ def test_verifier_restart_keeps_nonces_and_registry_copy(make_mesh: Callable[...
     mesh.start("verifier-0")
     restarted_after = time.monotonic() - coordinator_gone
     verifier = mesh.verifier_client()
-    served, sequence = verifier.verify(unused.to_bytes(), output, audit=True)
+    verdict = verifier.verify(unused.to_bytes(), output, audit=True)
+    served, sequence = verdict.result, verdict.registry_sequence
     assert sequence == 2  # the copy came from disk: nothing else could have told it about 2 statements
     assert served, f"{served}: restarted {restarted_after:.2f} s after the coordinator stopped"
 
     def stale() -> bool:
-        result, _ = verifier.verify(unused.to_bytes(), output, audit=True)
+        result = verifier.verify(unused.to_bytes(), output, audit=True).result
         return result.reason == "REGISTRY_STALE" and result.index is None
 
     poll(stale, timeout_s=STALENESS_MS / 1000 + 3, interval_s=0.1, what="REGISTRY_STALE")
     assert time.monotonic() - coordinator_gone < STALENESS_MS / 1000 + 3
     # A stale registry is never a verdict on the path: the replay is also answered REGISTRY_STALE.
-    assert verifier.verify(accepted.to_bytes(), output)[0].reason == "REGISTRY_STALE"
+    assert verifier.verify(accepted.to_bytes(), output).result.reason == "REGISTRY_STALE"
     verifier.close()
 
     # The signers fail closed too, with a retryable error. (A signer that kept running measures
@@ -179,8 +181,8 @@ def test_verifier_restart_keeps_nonces_and_registry_copy(make_mesh: Callable[...
     mesh.start("coordinator")
     verifier = mesh.verifier_client()
     poll(
-        lambda: verifier.verify(unused.to_bytes(), output, audit=True)[0].reason is None,
+        lambda: verifier.verify(unused.to_bytes(), output, audit=True).result.reason is None,
         timeout_s=15, what="a fresh registry after the coordinator restarted",
     )  # fmt: skip
-    assert verifier.verify(accepted.to_bytes(), output)[0].reason == "NONCE_REPLAYED"
+    assert verifier.verify(accepted.to_bytes(), output).result.reason == "NONCE_REPLAYED"
     verifier.close()

@@ -74,7 +74,7 @@ def test_threaded_signature_checks_agree_with_the_serial_offline_verdict(threade
             offline = verify_path(
                 presented, OUTPUT, registry=registry, state=InMemoryState(), mode=Mode.AUDIT, now_ms=now_ms()
             )
-            served, _ = client.verify(presented.to_bytes(), OUTPUT, audit=True)
+            served = client.verify(presented.to_bytes(), OUTPUT, audit=True).result
             assert (served.verdict, served.reason, served.index) == (offline.verdict, offline.reason, offline.index), (
                 name
             )

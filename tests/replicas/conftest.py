@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from countersign.client.clients import VerifierClient
+from countersign.client import VerifierClient
 from countersign.client.errors import ServiceError
 from countersign.constructions import RecordFields, issue
 from countersign.keys import Ed25519Signer
@@ -249,7 +249,7 @@ class Outcome:
 def present(client: VerifierClient, replica: int, item: Presented, *, audit: bool = False) -> Outcome:
     started = time.monotonic()
     try:
-        result, _ = client.verify(item.path, item.output, audit=audit)
+        result = client.verify(item.path, item.output, audit=audit).result
     except ServiceError as exc:
         return Outcome(replica, "ERROR", exc.code, exc.retryable, started, time.monotonic())
     verdict = "ACCEPT" if result else str(result.reason)

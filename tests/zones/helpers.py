@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from countersign.client.clients import VerifierClient
+from countersign.client import VerifierClient
 from countersign.client.errors import ServiceError
 from countersign.reasons import VerificationResult
 from tools.zones.evidence import Evidence
@@ -53,8 +53,7 @@ def verdict(
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            result, _ = client.verify(item.data, item.output, audit=audit, timeout_s=5)
-            return result
+            return client.verify(item.data, item.output, audit=audit, timeout_s=5).result
         except ServiceError as exc:
             if exc.code != "STATE_UNAVAILABLE" or time.monotonic() > deadline:
                 raise

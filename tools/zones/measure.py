@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from countersign.client.clients import VerifierClient
+from countersign.client import VerifierClient
 from countersign.client.errors import ServiceError
 from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
@@ -206,7 +206,7 @@ def measure_verification(zoned: ZoneMesh, index: int, from_zone: str, count: int
             data = item.data
             started = time.perf_counter()
             try:
-                result, _ = client.verify(data, item.output)
+                result = client.verify(data, item.output).result
             except ServiceError as exc:
                 if exc.code != "STATE_UNAVAILABLE":
                     raise
@@ -229,7 +229,7 @@ def _wait_all_accept(clients: Sequence[VerifierClient], data: bytes, output: byt
     for client in clients:
         while True:
             try:
-                result, _ = client.verify(data, output, audit=True)
+                result = client.verify(data, output, audit=True).result
             except ServiceError as exc:
                 if exc.code != "STATE_UNAVAILABLE" or time.monotonic() > deadline:
                     raise
@@ -249,7 +249,7 @@ def _poll_revoked(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            result, _ = client.verify(item.data, item.output, audit=True)
+            result = client.verify(item.data, item.output, audit=True).result
         except ServiceError:
             continue  # a store outage is no answer: ask again
         if not result and result.reason is Reason.KEY_REVOKED:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from countersign.client.clients import OperatorClient, SignerClient, VerifierClient
+from countersign.client import OperatorClient, SignerClient, VerifierClient
 from countersign_cli.localmesh import LocalMesh
 from tools.zones.net import ZoneNetwork, ZonesError, netem_available, trap_sigterm
 from tools.zones.proxy import Route

@@ -1,0 +1,37 @@
+"""What the clients answer: plain frozen dataclasses of domain values, never protobuf messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from countersign.reasons import Reason, VerificationResult
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A parent deployer's permission for one named child deployer to attach one child under one of
+    its records (``SignerClient.open_grant``). The child deployer's runtime passes it, with the parent
+    path and the parent signer's address, to ``SignerClient.accept``. It holds nothing secret."""
+
+    grant_id: str
+    parent_digest: str  # sha256:<hex> of the parent envelope the grant is for
+    parent_key_id: str  # the key the parent's signer will co-sign the edge with
+    child_deployer: str
+    expires_ms: int  # after this the parent's signer refuses to co-sign under the grant
+
+
+@dataclass(frozen=True)
+class VerifierVerdict:
+    """A verifier service's answer to one path: the verification result and the registry sequence
+    it was reached at. Truthy exactly when the path was accepted."""
+
+    result: VerificationResult
+    registry_sequence: int
+
+    def __bool__(self) -> bool:
+        return bool(self.result)
+
+    @property
+    def reason(self) -> Reason | None:
+        """Why the path was rejected; None on accept."""
+        return self.result.reason

@@ -1,0 +1,122 @@
+"""A consumer of the verifier service: present a path and the exact output bytes, get a verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+
+from countersign._proto.v1 import verifier_pb2, verifier_pb2_grpc
+from countersign.client.errors import from_rpc_error
+from countersign.client.lanes import Lanes, unary
+from countersign.client.results import VerifierVerdict
+from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
+from countersign.reasons import Reason, Verdict, VerificationResult
+from countersign.records import Path
+
+
+def _request(path: Path | bytes, output: bytes, audit: bool, request_id: str) -> verifier_pb2.VerifyPathRequest:
+    mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
+    data = path.to_bytes() if isinstance(path, Path) else path
+    return verifier_pb2.VerifyPathRequest(path=data, output=output, mode=mode, request_id=request_id)
+
+
+def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
+    verdict = response.verdict
+    if verdict.verdict == verdict.ACCEPT:
+        return VerifierVerdict(VerificationResult.accept(), response.registry_sequence)
+    result = VerificationResult(
+        Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail
+    )
+    return VerifierVerdict(result, response.registry_sequence)
+
+
+@dataclass
+class VerifierClient:
+    """A consumer of the verifier service: over up to ``lanes`` verification lanes (``VerifyPaths``
+    streams, ADR 0008), or with ``lanes=0`` one unary ``VerifyPath`` call per path."""
+
+    address: str
+    tls: TlsConfig
+    lanes: int = 4
+    lane_idle_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        self._channel = open_channel(self.address, self.tls, verifier_dns())
+        self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
+        self._unary = unary(self._stub.VerifyPath)
+        self._lanes: Lanes[verifier_pb2.VerifyPathRequest, verifier_pb2.VerifyPathResponse] | None = (
+            Lanes(self._stub.VerifyPaths, self.lanes, self.lane_idle_s, self._unary) if self.lanes > 0 else None
+        )
+
+    def verify(
+        self,
+        path: Path | bytes,
+        output: bytes,
+        *,
+        audit: bool = False,
+        timeout_s: float = 10.0,
+        request_id: str = "",
+    ) -> VerifierVerdict:
+        """The verifier's verdict on ``path`` (a Path, or its bytes as received) for the exact
+        ``output`` bytes. Accept mode consumes the leaf nonce, so a second presentation is
+        ``NONCE_REPLAYED``; ``audit=True`` checks without consuming. ``request_id``: an idempotency key
+        for retrying an accept-mode request (docs/api.md). A rejected path is a verdict, not an error;
+        raises ServiceError when the verifier refuses the request or cannot be reached."""
+        ask = self._lanes.ask if self._lanes is not None else self._unary
+        return _verdict(ask(_request(path, output, audit, request_id), timeout_s))
+
+    def close(self) -> None:
+        if self._lanes is not None:
+            self._lanes.close()
+        self._channel.close()
+
+    def __enter__(self) -> VerifierClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@dataclass(eq=False)
+class AsyncVerifierClient:
+    """:class:`VerifierClient` on ``grpc.aio``: the same ``verify`` as a coroutine, the same verdict and
+    errors. Each path is one unary ``VerifyPath`` call (no lanes). Create it inside the running event
+    loop; close it with ``await close()`` or ``async with``."""
+
+    address: str
+    tls: TlsConfig
+
+    def __post_init__(self) -> None:
+        self._channel = open_aio_channel(self.address, self.tls, verifier_dns())
+        self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
+
+    async def verify(
+        self,
+        path: Path | bytes,
+        output: bytes,
+        *,
+        audit: bool = False,
+        timeout_s: float = 10.0,
+        request_id: str = "",
+    ) -> VerifierVerdict:
+        """See :meth:`VerifierClient.verify`."""
+        try:
+            response = await self._stub.VerifyPath(_request(path, output, audit, request_id), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return _verdict(response)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncVerifierClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
