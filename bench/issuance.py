@@ -21,7 +21,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -35,6 +34,7 @@ from countersign.keys import Ed25519Signer, PublicKey
 from countersign.registry import KeyEntry, Registry
 from countersign_cli.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_mean
 from signer.daemon import SignerConfig, SignerMetrics, SignerService
+from signer.peers import CoSigningLane, Peers
 from signer.store import SignerStore
 
 WOKEN_IDLE_S = 0.0005
@@ -130,12 +130,24 @@ class _DirectParent:
         finally:
             self._idle()
 
+    def close(self) -> None:
+        pass
 
-class _InProcessChild(SignerService):
-    lane: _DirectParent
 
-    def _peer(self, address: str, deployer: str) -> Any:  # the one seam: no channel, no lanes
+class _DirectPeers:
+    """The child's peers (the one seam): every parent's signer is ``lane``, no channel, no lanes."""
+
+    def __init__(self, lane: _DirectParent) -> None:
+        self.lane = lane
+
+    def lanes(self, address: str, deployer: str) -> _DirectParent:
         return self.lane
+
+    def forget(self, address: str, deployer: str, lanes: CoSigningLane) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: float = 0.0) -> dict[str, float]:
@@ -152,7 +164,7 @@ def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: f
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {SERVICE_CPU})
 
-    def service(name: str, kind: Callable[..., SignerService]) -> SignerService:
+    def service(name: str, peers: Peers | None = None) -> SignerService:
         config = SignerConfig(
             deployer=name, signer_key="", operator_public_key="", coordinator="", registry_cache="",
             allowed_children=sorted(keys), tls=TlsConfig(insecure_loopback=True),
@@ -160,12 +172,11 @@ def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: f
         follower = _Registry(registry)
         metrics = SignerMetrics(prometheus_client.CollectorRegistry(), follower)  # type: ignore[arg-type]
         store = SignerStore(f"sqlite:///{work / name}.db")
-        return kind(config, keys[name], store, follower, metrics)
+        return SignerService(config, keys[name], store, follower, metrics, peers)  # type: ignore[arg-type]
 
-    parent = service("deployer-a", SignerService)
-    child = service("deployer-b", _InProcessChild)
-    assert isinstance(child, _InProcessChild)
-    child.lane = _DirectParent(parent, idle_s)
+    parent = service("deployer-a")
+    lane = _DirectParent(parent, idle_s)
+    child = service("deployer-b", _DirectPeers(lane))
     context: Any = _Context()
     try:
         agent = signer_pb2.AgentFields(instance="planner", system="bench", ttl_ms=3_600_000, max_children=65_535)
@@ -182,10 +193,10 @@ def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: f
             )  # fmt: skip
             if idle_s:
                 time.sleep(idle_s)
-            slept, started = child.lane.slept_s, time.perf_counter()
+            slept, started = lane.slept_s, time.perf_counter()
             child.AcceptDelegation(request, context)
             if index >= 50:  # warm-up
-                samples.append((time.perf_counter() - started - (child.lane.slept_s - slept)) * 1e6)
+                samples.append((time.perf_counter() - started - (lane.slept_s - slept)) * 1e6)
         return percentiles(samples)
     finally:
         for signer in (parent, child):

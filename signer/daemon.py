@@ -24,7 +24,7 @@ import grpc
 import prometheus_client
 
 from countersign._daemon.config import parse_address, parse_operator_key, validate_daemon, validate_follower
-from countersign._daemon.edge import servicer_edge, stream_edge
+from countersign._daemon.edge import refusal_error, servicer_edge, stream_edge
 from countersign._daemon.lane_slots import LaneSlots
 from countersign._daemon.limits import LimitsConfig
 from countersign._daemon.registry_follower import RegistryFollower, now_ms
@@ -32,37 +32,52 @@ from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
 from countersign.client.errors import ServiceError
-from countersign.client.lanes import Lanes, unary
 from countersign.client.runtime_calls import RUNTIME_METHODS, runtime_answer
-from countersign.client.tls import TlsConfig, open_channel, signer_dns
-from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal, verify_cosignature
-from countersign.errors import ConfigError, MalformedError
+from countersign.client.tls import TlsConfig
+from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal
+from countersign.cosigning import (
+    CONSTRUCTION,
+    AgentRequest,
+    EarlierAnswer,
+    ReceiptRequest,
+    Refusal,
+    SignerPolicy,
+    delegation_parent_key,
+    delegation_request_refusal,
+    edge_refusal,
+    fanout_refusal,
+    grant_request_refusal,
+    local_child_refusal,
+    open_grant,
+    parent_cosignature,
+    parent_failure,
+    peer_certificate_refusal,
+    peer_refusal,
+    proposal_refusal,
+    receipt_fields,
+    record_fields,
+    runtime_refusal,
+    spend_grant,
+)
+from countersign.errors import ConfigError, ErrorCode, MalformedError
 from countersign.keys import PublicKey, Signer
 from countersign.records import (
-    MAX_CHILDREN_LIMIT,
     MAX_DEPTH,
-    AgentRef,
-    BindingScope,
-    Construction,
     CoSignature,
     CoSignerRole,
     Envelope,
     LifecycleEvent,
     NodeRecord,
-    OutputReceipt,
     Path,
-    Policy,
     parse_json,
 )
-from countersign.registry import KeyProblem, Registry
-from countersign.verify import MAX_CLOCK_SKEW_MS, edge_violation
+from countersign.registry import Registry
+from countersign.verify import MAX_CLOCK_SKEW_MS
 from signer.backends import load_signer
-from signer.store import Grant, SignerStore, Transaction
+from signer.peers import PeerPool, Peers
+from signer.store import SignerStore, Transaction
 
 log = logging.getLogger("countersign.signer")
-CONSTRUCTION = Construction.SIGNED_DAG
-INVALID = grpc.StatusCode.INVALID_ARGUMENT
-REFUSED = grpc.StatusCode.FAILED_PRECONDITION
 PARSED_PATH_CACHE = 1024
 MAX_LANES = 64
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0)
@@ -83,7 +98,7 @@ class SignerConfig:
     max_ttl_ms: int = 24 * 3_600_000
     max_grant_ttl_ms: int = 600_000
     cosign_timeout_ms: int = 2_000
-    # Lanes (countersign/service/lanes.py): at most this many open from each peer deployer's signer
+    # Lanes (countersign/client/lanes.py): at most this many open from each peer deployer's signer
     # and from each runtime connection, and as many co-signing lanes opened to each parent; a
     # co-signing lane idle this long is closed.
     lanes_per_peer: int = 4
@@ -113,6 +128,13 @@ class SignerConfig:
             raise ConfigError(f"lanes_per_peer must be between 1 and {MAX_LANES}")
         if self.lane_idle_ms < 1:
             raise ConfigError("lane_idle_ms must be positive")
+
+    @property
+    def policy(self) -> SignerPolicy:
+        return SignerPolicy(
+            deployer=self.deployer, allowed_children=frozenset(self.allowed_children), max_depth=self.max_depth,
+            max_ttl_ms=self.max_ttl_ms, max_grant_ttl_ms=self.max_grant_ttl_ms, clock_skew_ms=self.clock_skew_ms,
+        )  # fmt: skip
 
 
 class SignerMetrics:
@@ -144,7 +166,7 @@ class SignerMetrics:
 
 K = TypeVar("K")
 V = TypeVar("V")
-CoSignLanes = Lanes[signer_pb2.CoSignEdgeRequest, signer_pb2.CoSignEdgeResponse]
+T = TypeVar("T")
 
 
 class Bounded(Generic[K, V]):
@@ -166,25 +188,42 @@ class Bounded(Generic[K, V]):
             self._items[key] = value
 
 
-def _refuse(code: str, message: str, status: grpc.StatusCode = REFUSED, *, retryable: bool = False) -> ServiceError:
-    return ServiceError(code, message, status, retryable=retryable)
+def _refuse(code: ErrorCode, message: str) -> ServiceError:
+    return refusal_error(Refusal(code, message))
 
 
-def _agent_policy(agent: signer_pb2.AgentFields) -> Policy:
-    allowed = tuple(agent.allowed_children) if agent.restrict_children else None
-    return Policy(allowed, agent.max_depth if agent.HasField("max_depth") else None)
+def _check(refusal: Refusal | None) -> None:
+    """End the call with ``refusal``, if there is one."""
+    if refusal is not None:
+        raise refusal_error(refusal)
 
 
-def _event(name: str, default: LifecycleEvent) -> LifecycleEvent:
-    if not name:
-        return default
-    try:
-        return LifecycleEvent(name)
-    except ValueError:
-        raise _refuse("INVALID_ARGUMENT", f"unknown lifecycle event {name!r}", INVALID) from None
+def _allowed(outcome: T | Refusal) -> T:
+    """``outcome``, unless it is a refusal: then end the call with it."""
+    if isinstance(outcome, Refusal):
+        raise refusal_error(outcome)
+    return outcome
+
+
+def _agent_request(agent: signer_pb2.AgentFields, system: str) -> AgentRequest:
+    return AgentRequest(
+        instance=agent.instance,
+        system=system,
+        ttl_ms=agent.ttl_ms,
+        max_children=agent.max_children,
+        event=agent.event,
+        allowed_children=tuple(agent.allowed_children) if agent.restrict_children else None,
+        max_depth=agent.max_depth if agent.HasField("max_depth") else None,
+    )
 
 
 class SignerService(signer_pb2_grpc.SignerServicer):
+    """The signer's RPCs: each reads what it needs (the request, the registry copy, its state), asks
+    the rules in :mod:`countersign.cosigning`, and signs, stores and answers what they allow.
+
+    ``peers`` reaches the parents' signers (default: a :class:`PeerPool` over mTLS).
+    """
+
     def __init__(
         self,
         config: SignerConfig,
@@ -192,69 +231,45 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         store: SignerStore,
         follower: RegistryFollower,
         metrics: SignerMetrics,
+        peers: Peers | None = None,
     ) -> None:
         self._config = config
+        self._policy = config.policy
         self._key = key
         self._store = store
         self._follower = follower
         self._metrics = metrics
-        self._peers: dict[tuple[str, str], tuple[grpc.Channel, CoSignLanes]] = {}
-        self._peers_lock = threading.Lock()
+        self._peers = peers or PeerPool(config.tls, config.lanes_per_peer, config.lane_idle_ms / 1000)
         self._parsed: Bounded[bytes, Path] = Bounded(PARSED_PATH_CACHE)
         self._own_parents: Bounded[bytes, tuple[Path, str]] = Bounded(PARSED_PATH_CACHE)
         self._lane_slots = LaneSlots(config.lanes_per_peer, metrics.lanes)
 
-    def _peer(self, address: str, deployer: str) -> CoSignLanes:
-        """Co-signing lanes on a kept channel to ``deployer``'s signer (one TLS handshake, not one per edge)."""
-        with self._peers_lock:
-            peer = self._peers.get((address, deployer))
-            if peer is None:
-                channel = open_channel(address, self._config.tls, signer_dns(deployer))
-                stub = signer_pb2_grpc.SignerStub(channel)
-                lanes: CoSignLanes = Lanes(
-                    stub.CoSignEdges, self._config.lanes_per_peer, self._config.lane_idle_ms / 1000,
-                    unary(stub.CoSignEdge),
-                )  # fmt: skip
-                peer = self._peers[(address, deployer)] = (channel, lanes)
-            return peer[1]
-
-    def _forget_peer(self, address: str, deployer: str, lanes: CoSignLanes) -> None:
-        """Drop the kept channel after UNAVAILABLE: a channel that saw its peer go away waits out
-        gRPC's reconnect backoff (growing to minutes), so the next delegation dials afresh instead.
-        The dropped channel is not closed here (edges still in flight on it would be cancelled); its
-        idle lanes are, and it is freed when the rest finish."""
-        with self._peers_lock:
-            peer = self._peers.get((address, deployer))
-            if peer is not None and peer[1] is lanes:
-                del self._peers[(address, deployer)]
-        lanes.close()
-
     def close(self) -> None:
-        with self._peers_lock:
-            for channel, lanes in self._peers.values():
-                lanes.close()
-                channel.close()
-            self._peers.clear()
+        self._peers.close()
 
-    # --- helpers --------------------------------------------------------------------------------
+    def stopping(self) -> None:
+        """Shutdown has begun: end the idle lanes now (a busy one ends once its call is answered), so
+        lanes do not hold the server for its grace period. Peers open new lanes to wherever this
+        deployer's signer comes back."""
+        self._lane_slots.stop()
+
+    # --- reading the request and the state ------------------------------------------------------
 
     def _registry(self) -> Registry:
         registry, fresh = self._follower.view()
         if not fresh:
-            raise _refuse(
-                "REGISTRY_STALE",
-                "this signer's registry copy is stale; refusing",
-                grpc.StatusCode.UNAVAILABLE,
-                retryable=True,
-            )
+            raise _refuse(ErrorCode.REGISTRY_STALE, "this signer's registry copy is stale; refusing")
         return registry
 
     def _require_runtime(self, context: grpc.ServicerContext) -> None:
-        if self._config.tls.insecure_loopback:
-            return
-        identity = peer_identity(context)
-        if identity is None or identity.role != "runtime" or identity.deployer != self._config.deployer:
-            raise _refuse("NOT_AUTHORISED", "only this deployer's runtime may ask", grpc.StatusCode.PERMISSION_DENIED)
+        if not self._config.tls.insecure_loopback:
+            _check(runtime_refusal(self._policy, peer_identity(context)))
+
+    def _require_peer(self, context: grpc.ServicerContext, child_deployer: str, registry: Registry) -> None:
+        """Only the child deployer's own signer may ask, and only an enrolled deployer."""
+        _check(peer_refusal(self._policy, child_deployer, registry))
+        if not self._config.tls.insecure_loopback:
+            _check(peer_certificate_refusal(child_deployer, peer_identity(context)))
 
     def _parse_path(self, data: bytes, what: str = "parent_path") -> Path:
         """The parsed path (structure only, not verified), kept by the bytes' digest: a runtime names
@@ -265,7 +280,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             try:
                 path = Path.from_bytes(data)
             except MalformedError as exc:
-                raise _refuse("INVALID_ARGUMENT", f"{what}: {exc}", INVALID) from None
+                raise _refuse(ErrorCode.INVALID_ARGUMENT, f"{what}: {exc}") from None
             self._parsed.put(key, path)
         return path
 
@@ -282,42 +297,12 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         digest = self._parse_path(data).leaf.digest()
         stored = self._store.issued_path(digest)
         if stored is None:
-            raise _refuse("PARENT_UNKNOWN", "the parent record was not issued by this signer")
+            raise _refuse(ErrorCode.PARENT_UNKNOWN, "the parent record was not issued by this signer")
         known = (Path.from_bytes(stored), digest)
         self._own_parents.put(key, known)
         return known
 
-    def _depth_limit(self, path: Path) -> int:
-        limits = [e.record.policy.max_depth for e in path.envelopes if e.record.policy.max_depth is not None]
-        return min([self._config.max_depth, *limits])
-
-    def _expiry(self, ttl_ms: int, ceiling: int | None = None) -> tuple[int, int]:
-        if ttl_ms <= 0:
-            raise _refuse("INVALID_ARGUMENT", "ttl_ms must be positive", INVALID)
-        created = now_ms()
-        expires = created + min(ttl_ms, self._config.max_ttl_ms)
-        return created, expires if ceiling is None else min(expires, ceiling)
-
-    def _fields(
-        self, agent: signer_pb2.AgentFields, system: str, ceiling: int | None, event: LifecycleEvent
-    ) -> RecordFields:
-        created, expires = self._expiry(agent.ttl_ms, ceiling)
-        if expires <= created:
-            raise _refuse("EXPIRY_EXCEEDS_PARENT", "the parent expires before a child could be valid")
-        if not 0 <= agent.max_children <= MAX_CHILDREN_LIMIT:
-            raise _refuse("INVALID_ARGUMENT", "max_children out of range", INVALID)
-        try:
-            return RecordFields(
-                deployer=self._config.deployer,
-                agent=AgentRef.from_json({"instance": agent.instance, "system": system}),
-                created_ms=created,
-                expires_ms=expires,
-                max_children=agent.max_children,
-                event=_event(agent.event, event),
-                policy=Policy.from_json(_agent_policy(agent).to_json()),
-            )
-        except MalformedError as exc:
-            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
+    # --- answering ------------------------------------------------------------------------------
 
     def _response(self, envelopes: Sequence[Envelope]) -> signer_pb2.IssueResponse:
         path = Path(tuple(envelopes))
@@ -333,13 +318,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
 
     def _issue_local(self, parent: Path, parent_digest: str, fields: RecordFields, session: str | None) -> Envelope:
         """Sign a same-deployer child of ``parent`` (a receipt when ``session`` is set), spending a child slot."""
-        parent_record = parent.leaf.record
-        if parent.leaf.record.depth + 1 > self._depth_limit(parent):
-            raise _refuse("DEPTH_LIMIT", "the depth limit forbids another level here")
+        _check(local_child_refusal(self._policy, parent))
 
         def work(tx: Transaction) -> Envelope:
-            if tx.child_count(parent_digest) >= parent_record.max_children:
-                raise _refuse("FANOUT_EXCEEDED", f"the parent already has {parent_record.max_children} children")
+            _check(fanout_refusal(parent.leaf.record, tx.child_count(parent_digest)))
             record_fields = fields
             if session is not None:
                 assert fields.output is not None
@@ -364,7 +346,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         self._registry()
-        fields = self._fields(request.agent, request.agent.system, None, LifecycleEvent.NEW)
+        agent = _agent_request(request.agent, request.agent.system)
+        fields = _allowed(record_fields(self._policy, agent, None, LifecycleEvent.NEW, now_ms()))
         envelope = seal(draft_record(CONSTRUCTION, fields, self._key.key_id, ()), self._key)
         return self._record("IssueRoot", Path((envelope,)))
 
@@ -374,8 +357,9 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         parent, digest = self._own_parent(request.parent_path)
-        system = parent.leaf.record.agent.system
-        fields = self._fields(request.agent, system, parent.leaf.record.expires_ms, LifecycleEvent.BRANCH)
+        parent_record = parent.leaf.record
+        agent = _agent_request(request.agent, parent_record.agent.system)
+        fields = _allowed(record_fields(self._policy, agent, parent_record.expires_ms, LifecycleEvent.BRANCH, now_ms()))
         envelope = self._issue_local(parent, digest, fields, None)
         self._metrics.requests.labels("IssueLocalChild", "OK").inc()
         return self._response([*parent.envelopes, envelope])
@@ -386,28 +370,13 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         parent, digest = self._own_parent(request.parent_path)
-        if len(request.output_sha256) != 32:
-            raise _refuse("INVALID_ARGUMENT", "output_sha256 must be the 32 raw bytes of SHA-256", INVALID)
-        try:
-            scope = BindingScope(request.binding_scope or BindingScope.PER_TURN.value)
-        except ValueError:
-            raise _refuse("INVALID_ARGUMENT", f"unknown binding scope {request.binding_scope!r}", INVALID) from None
-        parent_record = parent.leaf.record
-        agent = signer_pb2.AgentFields(
-            instance=request.instance or parent_record.agent.instance,
-            ttl_ms=request.ttl_ms or 3_600_000,
-            max_children=0,
-        )
-        fields = self._fields(agent, parent_record.agent.system, parent_record.expires_ms, LifecycleEvent.NEW)
-        session = request.session or parent_record.agent.instance
-        try:
-            output = OutputReceipt.from_json(
-                {"sha256": "sha256:" + request.output_sha256.hex(), "binding_scope": scope.value, "session": session,
-                 "seq": 0, "prev": None}
-            )  # fmt: skip
-        except MalformedError as exc:
-            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
-        envelope = self._issue_local(parent, digest, replace(fields, output=output), session)
+        receipt = ReceiptRequest(
+            output_sha256=request.output_sha256, binding_scope=request.binding_scope, session=request.session,
+            instance=request.instance, ttl_ms=request.ttl_ms,
+        )  # fmt: skip
+        fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
+        assert fields.output is not None  # a receipt's fields carry its output
+        envelope = self._issue_local(parent, digest, fields, fields.output.session)
         self._metrics.requests.labels("IssueReceipt", "OK").inc()
         return self._response([*parent.envelopes, envelope])
 
@@ -416,31 +385,16 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self, request: signer_pb2.OpenGrantRequest, context: grpc.ServicerContext
     ) -> signer_pb2.OpenGrantResponse:
         self._require_runtime(context)
-        if request.ttl_ms < 0:
-            raise _refuse("INVALID_ARGUMENT", "ttl_ms must not be negative (0: the default)", INVALID)
+        _check(grant_request_refusal(request.ttl_ms))
         registry = self._registry()
         parent, digest = self._own_parent(request.parent_path)
-        child = request.child_deployer
-        parent_record = parent.leaf.record
-        if child == self._config.deployer:
-            raise _refuse("POLICY_REFUSED", "use IssueLocalChild for a same-deployer child")
-        if child not in self._config.allowed_children:
-            raise _refuse("POLICY_REFUSED", f"{self._config.deployer} does not delegate to {child}")
-        allowed = parent_record.policy.allowed_children
-        if allowed is not None and child not in allowed:
-            raise _refuse("POLICY_REFUSED", f"the parent record does not allow {child} as a child")
-        if child not in registry.deployers:
-            raise _refuse("POLICY_REFUSED", f"{child} is not an enrolled deployer")
-        if parent_record.depth + 1 > self._depth_limit(parent):
-            raise _refuse("DEPTH_LIMIT", "the depth limit forbids another level here")
-        ttl = request.ttl_ms or self._config.max_grant_ttl_ms
-        expires = min(now_ms() + min(ttl, self._config.max_grant_ttl_ms), parent_record.expires_ms)
-        grant = Grant(secrets.token_hex(16), digest, child, expires, None, None)
+        child, grant_id = request.child_deployer, secrets.token_hex(16)
+        grant = _allowed(open_grant(self._policy, parent, digest, child, request.ttl_ms, registry, now_ms(), grant_id))
         self._store.transaction(lambda tx: tx.open_grant(grant))
         self._metrics.requests.labels("OpenGrant", "OK").inc()
         log.info("grant opened", extra={"grant_id": grant.grant_id, "child_deployer": child, "parent": digest})
         return signer_pb2.OpenGrantResponse(
-            grant_id=grant.grant_id, parent_digest=digest, parent_key_id=self._key.key_id, expires_ms=expires
+            grant_id=grant.grant_id, parent_digest=digest, parent_key_id=self._key.key_id, expires_ms=grant.expires_ms
         )
 
     @servicer_edge
@@ -458,20 +412,15 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         # The parent path is not verified here: the parent's signer co-signs only a record it issued
         # (its leaf binds the prefix by digest), and the parent's co-signature is verified below.
         parent = self._parse_path(request.parent_path)
-        if not request.grant_id or len(request.grant_id) > 64:
-            raise _refuse("INVALID_ARGUMENT", "grant_id is required (at most 64 characters)", INVALID)
-        if not request.parent_key_id:
-            raise _refuse("INVALID_ARGUMENT", "parent_key_id is required (the key the grant names)", INVALID)
+        _check(delegation_request_refusal(request.grant_id, request.parent_key_id))
         try:
             parse_address(request.parent_signer, "parent_signer")
         except ConfigError as exc:
-            raise _refuse("INVALID_ARGUMENT", str(exc), INVALID) from None
+            raise _refuse(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
         parent_record = parent.leaf.record
-        if parent_record.deployer == self._config.deployer:
-            raise _refuse("POLICY_REFUSED", "a delegation crosses deployers; use IssueLocalChild")
-        parent_key = registry.resolve(parent_record.deployer, request.parent_key_id, now_ms())
-        if isinstance(parent_key, KeyProblem):
-            raise _refuse("PARENT_REFUSED", f"parent key: {parent_key.detail}")
+        parent_key = _allowed(
+            delegation_parent_key(self._policy, parent_record, request.parent_key_id, registry, now_ms())
+        )
         proposal, child_cosig, sealed = self._proposal(request, parent)
         if sealed is not None:  # this delegation completed before; its answer may have been lost
             self._metrics.requests.labels("AcceptDelegation", "OK").inc()
@@ -507,15 +456,14 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             earlier = tx.proposal(request.grant_id)
             if earlier is not None:
                 earlier_parent, child_bytes, cosig_json, sealed = earlier
-                if earlier_parent != parent_digest:
-                    raise _refuse("GRANT_WRONG_CHILD", "this grant was already proposed for another parent record")
+                _check(proposal_refusal(earlier_parent, parent_digest))
                 child = NodeRecord.from_json(parse_json(child_bytes))
                 cosig = CoSignature.from_json(parse_json(cosig_json))
                 return EdgeProposal(parent.leaf, child, request.parent_key_id), cosig, sealed
-            tx.forget_expired_proposals(now_ms())
-            fields = self._fields(
-                request.agent, parent_record.agent.system, parent_record.expires_ms, LifecycleEvent.NEW
-            )
+            now = now_ms()
+            tx.forget_expired_proposals(now)
+            agent = _agent_request(request.agent, parent_record.agent.system)
+            fields = _allowed(record_fields(self._policy, agent, parent_record.expires_ms, LifecycleEvent.NEW, now))
             draft = draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes)
             proposal = EdgeProposal(parent.leaf, draft, request.parent_key_id)
             child_cosig = cosign(proposal, self._key, CoSignerRole.CHILD)
@@ -547,33 +495,19 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         )
         started = time.perf_counter()
         outcome = "error"
-        lanes = self._peer(request.parent_signer, parent_deployer)
+        lanes = self._peers.lanes(request.parent_signer, parent_deployer)
         try:
             response = lanes.ask(call, self._config.cosign_timeout_ms / 1000)
             outcome = "ok"
         except ServiceError as error:
-            if error.code == "UNAVAILABLE":  # the transport failed (a refusal carries its own code)
-                self._forget_peer(request.parent_signer, parent_deployer, lanes)
+            if error.code is ErrorCode.UNAVAILABLE:  # the transport failed (a refusal carries its own code)
+                self._peers.forget(request.parent_signer, parent_deployer, lanes)
             outcome = "unreachable" if error.retryable else "refused"
-            code = "PARENT_UNREACHABLE" if error.retryable else "PARENT_REFUSED"
-            status = grpc.StatusCode.UNAVAILABLE if error.retryable else REFUSED
-            message = f"parent signer {parent_deployer}: {error.code}: {error}"
-            details = {"parent_code": error.code}
-            raise ServiceError(code, message, status, retryable=error.retryable, details=details) from None
+            refusal = parent_failure(parent_deployer, error.code, str(error), retryable=error.retryable)
+            raise refusal_error(refusal, details={"parent_code": error.code}) from None
         finally:
             self._metrics.cosign_latency.labels(outcome).observe(time.perf_counter() - started)
-        try:
-            parent_cosig = CoSignature.from_json(parse_json(response.parent_cosignature))
-        except MalformedError as exc:
-            raise _refuse("BAD_COSIGNATURE", f"parent sent a malformed co-signature: {exc}") from None
-        if (
-            parent_cosig.role is not CoSignerRole.PARENT
-            or parent_cosig.deployer != parent_deployer
-            or parent_cosig.key_id != proposal.parent_key_id
-            or not verify_cosignature(proposal, parent_cosig, parent_key)
-        ):
-            raise _refuse("BAD_COSIGNATURE", "the parent's co-signature does not verify")
-        return parent_cosig
+        return _allowed(parent_cosignature(proposal, response.parent_cosignature, parent_key))
 
     # --- peer RPC -------------------------------------------------------------------------------
 
@@ -615,15 +549,9 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     def _runtime_call(self, call: signer_pb2.RuntimeCall, context: grpc.ServicerContext) -> signer_pb2.RuntimeAnswer:
         kind = call.WhichOneof("call")
         if kind is None:
-            raise _refuse("INVALID_ARGUMENT", "a runtime call must name one call", INVALID)
+            raise _refuse(ErrorCode.INVALID_ARGUMENT, "a runtime call must name one call")
         method = RUNTIME_METHODS[kind]  # the unary method that decides this call
         return runtime_answer(method, getattr(self, method)(getattr(call, kind), context))
-
-    def stopping(self) -> None:
-        """Shutdown has begun: end the idle lanes now (a busy one ends once its call is answered), so
-        lanes do not hold the server for its grace period. Peers open new lanes to wherever this
-        deployer's signer comes back."""
-        self._lane_slots.stop()
 
     def _cosign_edge(
         self, request: signer_pb2.CoSignEdgeRequest, context: grpc.ServicerContext
@@ -639,91 +567,33 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             child = NodeRecord.from_json(parse_json(request.child_record))
             child_cosig = CoSignature.from_json(parse_json(request.child_cosignature))
         except MalformedError as exc:
-            raise _refuse("INVALID_ARGUMENT", f"child record: {exc}", INVALID) from None
+            raise _refuse(ErrorCode.INVALID_ARGUMENT, f"child record: {exc}") from None
         self._require_peer(context, child.deployer, registry)
         parent, parent_digest = self._own_parent(request.parent_path)
-        parent_record = parent.leaf.record
         proposal = EdgeProposal(parent.leaf, child, self._key.key_id)
-        self._check_edge(parent, parent_digest, child, child_cosig, proposal, registry)
+        _check(edge_refusal(self._policy, parent, parent_digest, proposal, child_cosig, registry, now_ms()))
         manifest_digest = sha256_digest(proposal.manifest())
+        max_children = parent.leaf.record.max_children
 
         def work(tx: Transaction) -> str:
-            grant = tx.grant(request.grant_id)
-            if grant is None:
-                raise _refuse("GRANT_NOT_FOUND", "no such grant")
-            if grant.child_deployer != child.deployer:
-                raise _refuse("GRANT_WRONG_CHILD", f"the grant names {grant.child_deployer}, not {child.deployer}")
-            if grant.parent != parent_digest:
-                raise _refuse("GRANT_WRONG_CHILD", "the grant is for another parent record")
-            if grant.manifest_digest is not None:
-                if grant.manifest_digest == manifest_digest and grant.parent_cosig is not None:
-                    return grant.parent_cosig  # the same edge asked again (a retry): same answer
-                raise _refuse("GRANT_USED", "the grant was already used for another edge")
-            if grant.expires_ms < now_ms():
-                raise _refuse("GRANT_EXPIRED", "the grant has expired")
-            if tx.child_count(parent_digest) >= parent_record.max_children:
-                raise _refuse("FANOUT_EXCEEDED", f"the parent already has {parent_record.max_children} children")
+            decision = spend_grant(
+                tx.grant(request.grant_id), child_deployer=child.deployer, parent_digest=parent_digest,
+                manifest_digest=manifest_digest, max_children=max_children,
+                child_count=tx.child_count(parent_digest), now_ms=now_ms(),
+            )  # fmt: skip
+            if isinstance(decision, EarlierAnswer):  # the same edge asked again (a retry): same answer
+                return decision.parent_cosig
+            _check(decision)
             if not context.is_active():  # the child gave up (deadline, cancel): do not spend the grant
-                raise _refuse(
-                    "CANCELLED", "the request was cancelled before the grant was spent", grpc.StatusCode.CANCELLED
-                )
+                raise _refuse(ErrorCode.CANCELLED, "the request was cancelled before the grant was spent")
             answer = json.dumps(cosign(proposal, self._key, CoSignerRole.PARENT).to_json())
-            tx.use_grant(grant.grant_id, manifest_digest, answer)
+            tx.use_grant(request.grant_id, manifest_digest, answer)
             tx.add_child(parent_digest, child.nonce)
             return answer
 
         answer = self._store.transaction(work)
         log.info("edge co-signed", extra={"grant_id": request.grant_id, "child_deployer": child.deployer})
         return signer_pb2.CoSignEdgeResponse(parent_cosignature=answer)
-
-    def _require_peer(self, context: grpc.ServicerContext, child_deployer: str, registry: Registry) -> None:
-        """Only the child deployer's own signer may ask, and only an enrolled deployer."""
-        if child_deployer not in registry.deployers or child_deployer == self._config.deployer:
-            raise _refuse(
-                "NOT_AUTHORISED", f"{child_deployer} is not an enrolled peer", grpc.StatusCode.PERMISSION_DENIED
-            )
-        if self._config.tls.insecure_loopback:
-            return
-        identity = peer_identity(context)
-        if identity is None or identity.role != "signer" or identity.deployer != child_deployer:
-            raise _refuse(
-                "NOT_AUTHORISED", "the peer certificate does not name the child deployer's signer",
-                grpc.StatusCode.PERMISSION_DENIED,
-            )  # fmt: skip
-
-    def _check_edge(
-        self,
-        parent: Path,
-        parent_digest: str,
-        child: NodeRecord,
-        child_cosig: CoSignature,
-        proposal: EdgeProposal,
-        registry: Registry,
-    ) -> None:
-        parent_record = parent.leaf.record
-        if child.construction is not CONSTRUCTION or child.cosigs:
-            raise _refuse("INVALID_ARGUMENT", "the child must be a SIGNED-DAG record without co-signatures", INVALID)
-        violation = edge_violation(parent_record, parent_digest, child, parent_record.depth + 1)
-        if violation is not None:
-            code = "EXPIRY_EXCEEDS_PARENT" if violation.reason.value == "EXPIRY_EXCEEDS_PARENT" else "POLICY_REFUSED"
-            raise _refuse(code, f"{violation.reason}: {violation.detail}")
-        if child.deployer not in self._config.allowed_children:
-            raise _refuse("POLICY_REFUSED", f"{self._config.deployer} does not delegate to {child.deployer}")
-        if child.depth > self._depth_limit(parent):
-            raise _refuse("DEPTH_LIMIT", "the depth limit forbids another level here")
-        now = now_ms()
-        if abs(child.created_ms - now) > self._config.clock_skew_ms:
-            raise _refuse("POLICY_REFUSED", "the child record's creation time is too far from this signer's clock")
-        if child_cosig.role is not CoSignerRole.CHILD or child_cosig.deployer != child.deployer:
-            raise _refuse("BAD_COSIGNATURE", "the child co-signature must be the child deployer's")
-        child_key = registry.resolve(child.deployer, child_cosig.key_id, child.created_ms)
-        record_key = registry.resolve(child.deployer, child.key_id, child.created_ms)
-        for key in (child_key, record_key):
-            if isinstance(key, KeyProblem):
-                raise _refuse("NOT_AUTHORISED", f"child key: {key.detail}", grpc.StatusCode.PERMISSION_DENIED)
-        assert isinstance(child_key, PublicKey)
-        if not verify_cosignature(proposal, child_cosig, child_key):
-            raise _refuse("BAD_COSIGNATURE", "the child's co-signature over the edge manifest does not verify")
 
 
 class SignerDaemon:

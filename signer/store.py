@@ -12,11 +12,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
 
 from countersign._daemon.sqlite import open_sqlite
+from countersign.cosigning import Grant
 from countersign.errors import ConfigError, StateUnavailable
 
 # ``issued`` and ``proposals`` hold whole paths (kilobytes a row), so they are ordinary rowid tables:
@@ -51,16 +51,7 @@ _REBUILT_AS_ROWID = {
 }
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Grant:
-    grant_id: str
-    parent: str
-    child_deployer: str
-    expires_ms: int
-    manifest_digest: str | None
-    parent_cosig: str | None
+__all__ = ["Grant", "SignerStore", "Transaction"]
 
 
 class SignerStore:

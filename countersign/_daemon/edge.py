@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -18,9 +18,38 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from countersign.client.errors import DOMAIN, ServiceError
-from countersign.errors import CountersignError, MalformedError, SignerError, StateUnavailable
+from countersign.cosigning import Refusal
+from countersign.errors import CountersignError, ErrorCode, MalformedError, SignerError, StateUnavailable
 
 log = logging.getLogger("countersign.service")
+
+_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, False)
+# The gRPC status (and whether to retry) of each code a signer refuses with (docs/api.md "Errors").
+# A refusal whose code is missing here is a bug: KeyError, answered INTERNAL by the edge below.
+STATUS_OF_CODE: Final[Mapping[ErrorCode, tuple[grpc.StatusCode, bool]]] = {
+    ErrorCode.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, False),
+    ErrorCode.NOT_AUTHORISED: (grpc.StatusCode.PERMISSION_DENIED, False),
+    ErrorCode.REGISTRY_STALE: (grpc.StatusCode.UNAVAILABLE, True),
+    ErrorCode.PARENT_UNREACHABLE: (grpc.StatusCode.UNAVAILABLE, True),
+    ErrorCode.CANCELLED: (grpc.StatusCode.CANCELLED, False),
+    ErrorCode.PARENT_UNKNOWN: _REFUSED,
+    ErrorCode.POLICY_REFUSED: _REFUSED,
+    ErrorCode.DEPTH_LIMIT: _REFUSED,
+    ErrorCode.FANOUT_EXCEEDED: _REFUSED,
+    ErrorCode.EXPIRY_EXCEEDS_PARENT: _REFUSED,
+    ErrorCode.GRANT_NOT_FOUND: _REFUSED,
+    ErrorCode.GRANT_WRONG_CHILD: _REFUSED,
+    ErrorCode.GRANT_USED: _REFUSED,
+    ErrorCode.GRANT_EXPIRED: _REFUSED,
+    ErrorCode.BAD_COSIGNATURE: _REFUSED,
+    ErrorCode.PARENT_REFUSED: _REFUSED,
+}
+
+
+def refusal_error(refusal: Refusal, details: Mapping[str, str] | None = None) -> ServiceError:
+    """The typed error that ends a call with ``refusal``, its status from :data:`STATUS_OF_CODE`."""
+    status, retryable = STATUS_OF_CODE[refusal.code]
+    return ServiceError(refusal.code, refusal.message, status, retryable=retryable, details=details)
 
 
 class Aborted(Exception):

@@ -1,8 +1,8 @@
 """The issuance benchmark's in-process harness still drives the real signer handlers.
 
-``bench/issuance.py`` calls the two signers' handlers directly (no gRPC) through one seam,
-``SignerService._peer``; a change to the service that broke the seam would otherwise show only as
-a failing benchmark run, long after the change.
+``bench/issuance.py`` calls the two signers' handlers directly (no gRPC) through one seam, the
+``peers`` a ``SignerService`` is given (``signer.peers.Peers``); a change to the service that broke
+the seam would otherwise show only as a failing benchmark run, long after the change.
 """
 
 from __future__ import annotations
