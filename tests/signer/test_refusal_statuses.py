@@ -56,9 +56,8 @@ def test_each_status_is_the_documented_one() -> None:
             column = documented[code.value]
             assert column.split()[0] == status.name, (code, column)
             assert ("(retryable)" in column) == retryable, (code, column)
-    # CANCELLED's row arrives with the error-list change made beside this one (issue 16); nothing else
-    # the signer refuses with may go undocumented.
-    assert {code for code in STATUS_OF_CODE if code.value not in documented} <= {ErrorCode.CANCELLED}
+    # Nothing the signer refuses with may go undocumented.
+    assert {code for code in STATUS_OF_CODE if code.value not in documented} == set()
 
 
 @pytest.mark.parametrize(
