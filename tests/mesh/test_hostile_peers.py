@@ -102,7 +102,7 @@ class IdleStreams:
 
         self._run(start())
 
-    def settle(self, timeout_s: float = 20.0) -> tuple[int, int]:
+    def settle(self, timeout_s: float = 90.0) -> tuple[int, int]:
         """(refused with RESOURCE_EXHAUSTED, still open) once every refusal has arrived."""
 
         async def count() -> tuple[int, int]:
