@@ -73,6 +73,14 @@ def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch; default now)")
 
 
+def refuse_verify_options(args: argparse.Namespace) -> None:
+    """Plain ``inspect`` checks nothing, so an option that only a check uses is a mistake, not a no-op."""
+    given = [name for name in ("output", "registry", "registry_log", "operator", "now_ms") if getattr(args, name)]
+    if given or args.at_evidence_time:
+        names = ", ".join("--" + n.replace("_", "-") for n in given) or "--at-evidence-time"
+        raise UsageError(f"{names} only make sense with --verify")
+
+
 def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verify", action="store_true", help="check each signature against the registry, then print the verdict"

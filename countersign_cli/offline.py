@@ -238,6 +238,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         from countersign_cli.audit import inspect_verified
 
         return inspect_verified(args, path)
+    from countersign_cli.audit import refuse_verify_options
+
+    refuse_verify_options(args)
     print(render_tree(path))
     print("\nnothing above was checked: no signature, link, key or time (inspect --verify, or verify, checks them)")
     return EXIT_OK

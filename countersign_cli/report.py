@@ -237,20 +237,18 @@ def impact_view(data: bytes, source: str) -> ImpactView:
         value = parse_json(data, MAX_IMPACT_BYTES)
     except MalformedError as exc:
         raise UsageError(f"{source} is not JSON: {exc}") from None
-    if not isinstance(value, dict) or not isinstance(value.get("records", []), list):
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), list) for k in ("records", "verdicts")):
         raise UsageError(f"{source}: an impact file is an object with 'records' and 'verdicts' lists")
-    if not isinstance(value.get("verdicts", []), list):
-        raise UsageError(f"{source}: 'verdicts' must be a list")
     records: dict[str, str] = {}
     depends: dict[str, list[str]] = {}
-    for item in value.get("records", []):
+    for item in value["records"]:
         if not isinstance(item, dict) or not isinstance(item.get("digest"), str):
             raise UsageError(f"{source}: each record needs a 'digest'")
         records[item["digest"]] = _text(item.get("status"))
         deps = item.get("depends_on", [])
         depends[item["digest"]] = [_text(d) for d in deps] if isinstance(deps, list) else []
     verdicts = []
-    for item in value.get("verdicts", []):
+    for item in value["verdicts"]:
         if not isinstance(item, dict):
             raise UsageError(f"{source}: each verdict must be an object")
         used = item.get("records", [])

@@ -229,6 +229,10 @@ def test_inspect_options_need_verify(evidence: FilePath) -> None:
     result = cli("inspect", str(evidence / "path.json"), "--verify")
     assert result.returncode == 2
     assert "--registry" in result.stderr
+    plain = cli("inspect", str(evidence / "path.json"), "--registry", str(evidence / "registry.json"))
+    assert plain.returncode == 2
+    assert "--registry only make sense with --verify" in plain.stderr
+    assert cli("inspect", str(evidence / "path.json"), "--at-evidence-time").returncode == 2
 
 
 # --- export ------------------------------------------------------------------------------------

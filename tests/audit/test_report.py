@@ -175,11 +175,13 @@ def test_impact_colours_records_and_verdicts_needing_revalidation(hostile: FileP
     (row,) = [r for r in page.with_class("tr", "impact-verdict") if "needs-revalidation" in r["class"].split()]
     assert row
     assert "v-&lt;1&gt;" in text
-    (hostile / "impact.json").write_text('{"records": [{"status": 1}]}')
-    result = cli("report", "--path", str(hostile / "path.json"), "--impact", str(hostile / "impact.json"),
-                 "--html", str(hostile / "x.html"))  # fmt: skip
-    assert result.returncode == 2
-    assert "digest" in result.stderr
+    for bad, message in (('{"records": [{"status": 1}], "verdicts": []}', "digest"),
+                         ((hostile / "path.json").read_text(), "'records' and 'verdicts' lists")):  # fmt: skip
+        (hostile / "impact.json").write_text(bad)
+        result = cli("report", "--path", str(hostile / "path.json"), "--impact", str(hostile / "impact.json"),
+                     "--html", str(hostile / "x.html"))  # fmt: skip
+        assert result.returncode == 2
+        assert message in result.stderr
 
 
 def test_session_receipts_are_listed_in_order_of_seq(tmp_path: FilePath) -> None:
