@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types unit bench conformance proto vectors clean venv zones zones-deps
+.PHONY: demo test lint types unit bench conformance proto vectors clean venv zones zones-deps browser-deps
 
 include infra/tools.mk
 
@@ -13,7 +13,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres,aws]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,export,postgres,aws]'
 	@touch $@
 
 demo: $(STAMP)
@@ -33,8 +33,12 @@ types: $(STAMP)
 zones-deps:
 	sh tools/zones/requirements.sh
 
+# Headless Chromium for the report's browser test (tests/audit), installed by the project itself.
+browser-deps:
+	sh tools/browser/requirements.sh
+
 # Tests that restart shared services or rewire the network run alone, after the parallel run.
-unit: $(STAMP) zones-deps
+unit: $(STAMP) zones-deps browser-deps
 	$(VENV)/bin/pytest --ignore=tests/infra -n 2 -m "not exclusive"
 	$(VENV)/bin/pytest --ignore=tests/infra -m exclusive
 

@@ -23,6 +23,8 @@ MAX_OUTPUT_BYTES = 64 << 20
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from countersign_cli import audit
+
     keygen = commands.add_parser("keygen", help="create an Ed25519 key file (mode 0600) and print its key_id")
     keygen.add_argument("--out", required=True, help="key file to create (refuses to overwrite)")
     keygen.set_defaults(handler=cmd_keygen)
@@ -47,6 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument("--audit", action="store_true", help="check without consuming the leaf nonce")
     verify.add_argument("--state", default="memory:", help="durable state URL, e.g. sqlite:///state.db")
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
+    audit.add_time_and_log_arguments(verify)
     verify.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
     verify.add_argument(
         "--unsafe-allow-baselines",
@@ -55,8 +58,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     verify.set_defaults(handler=cmd_verify)
 
-    inspect = commands.add_parser("inspect", help="print a readable tree of a path")
+    inspect = commands.add_parser("inspect", help="print a readable tree of a path (checks nothing unless --verify)")
     inspect.add_argument("path", help="path.json")
+    audit.add_inspect_arguments(inspect)
     inspect.set_defaults(handler=cmd_inspect)
 
     conformance = commands.add_parser("conformance", help="run the mutation matrix and check the expected pattern")
@@ -167,10 +171,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
         raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
     if args.verifier:
+        if args.registry_log or args.at_evidence_time:
+            raise UsageError("--registry-log and --at-evidence-time verify offline, not with --verifier")
         return verify_remotely(args, path_bytes, output)
-    if args.registry is None:
-        raise UsageError("--registry is required (or --verifier HOST:PORT)")
-    registry = load_registry(args.registry)
+    from countersign_cli.audit import registry_from_args, verification_time
+
+    registry = registry_from_args(args)
     policy = (
         VerifierPolicy.unsafe_allow_baselines(args.clock_skew_ms)
         if args.unsafe_allow_baselines
@@ -193,8 +199,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 output,
                 registry=registry,
                 state=state,
-                mode=Mode.AUDIT if args.audit else Mode.ACCEPT,
-                now_ms=now_ms() if args.now_ms is None else args.now_ms,
+                mode=Mode.AUDIT if args.audit or args.at_evidence_time else Mode.ACCEPT,
+                now_ms=verification_time(args, path),
                 policy=policy,
             )
     except VerificationError as exc:
@@ -228,7 +234,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         path = Path.from_bytes(data)
     except MalformedError as exc:
         raise UsageError(f"{args.path} is not a valid path: {exc}") from None
+    if args.verify:
+        from countersign_cli.audit import inspect_verified
+
+        return inspect_verified(args, path)
+    from countersign_cli.audit import refuse_verify_options
+
+    refuse_verify_options(args)
     print(render_tree(path))
+    print("\nnothing above was checked: no signature, link, key or time (inspect --verify, or verify, checks them)")
     return EXIT_OK
 
 

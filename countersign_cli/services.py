@@ -96,6 +96,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     export.add_argument("--out", required=True, help="directory for registry-log.json and registry.json")
     add_client_arguments(export, "--coordinator")
     export.set_defaults(handler=cmd_registry_export)
+    from countersign_cli import audit  # registry verify: the offline check of an exported log
+
+    audit.register_registry_actions(reg_actions)
 
 
 def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, required: bool = True) -> None:

@@ -4,8 +4,9 @@
 
 Writes ``keys.json``, ``encoding.json`` (canonical bytes, digests, signing inputs and signatures of
 one SIGNED-DAG path), ``valid/*.json`` (one accepted path per construction) and ``invalid/*.json``
-(named invalid presentations with the expected reason and index). The tests regenerate them into a
-temporary directory and require the result to equal the committed files byte for byte.
+(named invalid presentations with the expected reason and index), and ``export/`` (the path of
+``valid/signed-dag.json`` in each export format of docs/spec.md section 15). The tests regenerate them
+into a temporary directory and require the result to equal the committed files byte for byte.
 
 Invalid vectors isolate one check each: where a check sits behind the signatures, the mutated
 record is re-signed with the legitimate key (a faulty issuer), so that exactly that check fails.
@@ -506,6 +507,25 @@ def generate(out: FilePath) -> None:
     write(out / "encoding.json", encoding_vector(m, build_path(m, Construction.SIGNED_DAG)))
     for item in invalid_vectors(m):
         write(out / "invalid" / f"{item['name']}.json", item)
+    export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
+
+
+EXPORT_FILES = {
+    "dsse": "signed-dag.dsse.jsonl",
+    "in-toto": "signed-dag.intoto.json",
+    "prov-json": "signed-dag.prov.json",
+    "prov-n": "signed-dag.provn",
+    "prov-o": "signed-dag.prov.ttl",
+}
+
+
+def export_vectors(out: FilePath, path: Path) -> None:
+    """One file per export format, exactly as ``countersign export`` writes it (needs the export extra)."""
+    from countersign.export import export_path
+
+    out.mkdir(parents=True, exist_ok=True)
+    for fmt, name in EXPORT_FILES.items():
+        (out / name).write_bytes(export_path(path, fmt, output=OUTPUT, subject_name="output.bin"))
 
 
 def write(location: FilePath, body: dict[str, Any]) -> None:
