@@ -356,6 +356,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self, request: signer_pb2.IssueLocalChildRequest, context: grpc.ServicerContext
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
+        self._registry()  # every signing refuses on a stale registry copy (spec 7.3), not only delegations
         parent, digest = self._own_parent(request.parent_path)
         parent_record = parent.leaf.record
         agent = _agent_request(request.agent, parent_record.agent.system)
@@ -369,6 +370,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self, request: signer_pb2.IssueReceiptRequest, context: grpc.ServicerContext
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
+        self._registry()
         parent, digest = self._own_parent(request.parent_path)
         receipt = ReceiptRequest(
             output_sha256=request.output_sha256, binding_scope=request.binding_scope, session=request.session,
