@@ -13,6 +13,7 @@ from typing import Any
 
 from countersign.errors import MalformedError, VerificationError
 from countersign.keys import Ed25519Signer
+from countersign.policy import MAX_POLICY_BYTES, ConsumerPolicy, PolicyError, parse_policy
 from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path, parse_json
 from countersign.registry import Registry
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
@@ -48,6 +49,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument("--state", default="memory:", help="durable state URL, e.g. sqlite:///state.db")
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     verify.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
+    verify.add_argument(
+        "--policy",
+        help="consumer policy file (docs/spec.md section 15) applied after verification; offline only",
+    )
     verify.add_argument(
         "--unsafe-allow-baselines",
         action="store_true",
@@ -91,6 +96,14 @@ def load_registry(location: str) -> Registry:
         return Registry.from_json(parse_json(data))
     except MalformedError as exc:
         raise UsageError(f"{location} is not a valid registry: {exc}") from None
+
+
+def load_policy(location: str) -> ConsumerPolicy:
+    data = read_bytes(location, "policy", MAX_POLICY_BYTES)
+    try:
+        return parse_policy(data)
+    except PolicyError as exc:
+        raise UsageError(f"{location} is not a valid policy: {exc}") from None
 
 
 def write_file(location: FilePath, data: bytes, mode: int = 0o644) -> None:
@@ -167,10 +180,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
         raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
     if args.verifier:
+        if args.policy:
+            # A verifier applies only the named policies it is configured with (docs/api.md).
+            raise UsageError("--policy FILE applies to offline verification, not with --verifier")
         return verify_remotely(args, path_bytes, output)
     if args.registry is None:
         raise UsageError("--registry is required (or --verifier HOST:PORT)")
     registry = load_registry(args.registry)
+    consumer_policy = None if args.policy is None else load_policy(args.policy)
     policy = (
         VerifierPolicy.unsafe_allow_baselines(args.clock_skew_ms)
         if args.unsafe_allow_baselines
@@ -196,6 +213,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 mode=Mode.AUDIT if args.audit else Mode.ACCEPT,
                 now_ms=now_ms() if args.now_ms is None else args.now_ms,
                 policy=policy,
+                consumer_policy=consumer_policy,
             )
     except VerificationError as exc:
         raise UsageError(f"verification could not run (retry): {exc}") from None
