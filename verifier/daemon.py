@@ -177,7 +177,8 @@ def attribution_message(attribution: Attribution) -> common_pb2.Attribution:
                 deployer=edge.deployer, key_id=edge.key_id, construction=edge.construction.value,
                 cross_deployer=edge.cross_deployer,
                 cosigners=[
-                    common_pb2.CoSigner(role=c.role.value, deployer=c.deployer, key_id=c.key_id) for c in edge.cosigners
+                    common_pb2.CoSigner(role=c.role.value, deployer=c.deployer, key_id=c.key_id, sig=c.sig)
+                    for c in edge.cosigners
                 ],
             )
             for edge in attribution.edges

@@ -99,6 +99,7 @@ def test_each_named_policy_decides_and_a_refusal_consumes_no_nonce(
         ("parent", "deployer-a", keys["deployer-a"]),
         ("child", "deployer-b", keys["deployer-b"]),
     ]
+    assert [c.sig for c in cross.cosigners] == [c.sig for c in path.envelopes[1].record.cosigs]
     assert accepted.registry_sequence == 3
 
     replayed = stub(path, policy="signed-dag")

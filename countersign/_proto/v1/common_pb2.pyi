@@ -212,20 +212,24 @@ class CoSigner(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     DEPLOYER_FIELD_NUMBER: _builtins.int
     KEY_ID_FIELD_NUMBER: _builtins.int
+    SIG_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """"parent" or "child" """
     deployer: _builtins.str
     key_id: _builtins.str
+    sig: _builtins.str
+    """the co-signature as the record carries it (base64url)"""
     def __init__(
         self,
         *,
         role: _builtins.str = ...,
         deployer: _builtins.str = ...,
         key_id: _builtins.str = ...,
+        sig: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployer", b"deployer", "key_id", b"key_id", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployer", b"deployer", "key_id", b"key_id", "role", b"role", "sig", b"sig"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
