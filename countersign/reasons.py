@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from countersign.canonical import JsonValue
 from countersign.errors import PathRejected
+from countersign.records import BindingScope, Construction, CoSignature
 
 
 class Verdict(enum.StrEnum):
@@ -62,6 +64,88 @@ class Reason(enum.StrEnum):
     """The leaf nonce was consumed before: this path has already been accepted."""
     REGISTRY_STALE = "REGISTRY_STALE"
     """The verifier's registry copy is older than its configured staleness bound."""
+    CONSUMER_POLICY_VIOLATION = "CONSUMER_POLICY_VIOLATION"
+    """The path verified, but the consumer policy chosen for the request refuses it (the detail
+    names the failing clause first). Distinct from ``POLICY_VIOLATION``: that one is a policy the
+    path's own records sign; this one is the consumer's, applied after verification."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emitter:
+    """Who emitted the output: the leaf record (an output receipt), as the verified path proves it.
+
+    Under the unsigned baselines (``no-chain``, ``hash-only``) nothing is signed, so these fields
+    are only what the records claim; ``construction`` says which case holds.
+    """
+
+    index: int
+    deployer: str
+    key_id: str
+    agent_instance: str
+    agent_system: str
+    construction: Construction
+    created_ms: int
+    output_sha256: str
+    binding_scope: BindingScope
+    session: str
+    seq: int
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "index": self.index,
+            "deployer": self.deployer,
+            "key_id": self.key_id,
+            "agent_instance": self.agent_instance,
+            "agent_system": self.agent_system,
+            "construction": self.construction.value,
+            "created_ms": self.created_ms,
+            "output_sha256": self.output_sha256,
+            "binding_scope": self.binding_scope.value,
+            "session": self.session,
+            "seq": self.seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenEdge:
+    """One delegation edge of a verified path: record ``index - 1`` -> record ``index``.
+
+    ``cosigners`` are the co-signatures the verifier checked over the edge manifest (SIGNED-DAG
+    cross-deployer edges); empty when the edge is authorised by the child's own signature alone.
+    """
+
+    index: int
+    parent_deployer: str
+    parent_key_id: str
+    deployer: str
+    key_id: str
+    construction: Construction
+    cross_deployer: bool
+    cosigners: tuple[CoSignature, ...]
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "index": self.index,
+            "parent_deployer": self.parent_deployer,
+            "parent_key_id": self.parent_key_id,
+            "deployer": self.deployer,
+            "key_id": self.key_id,
+            "construction": self.construction.value,
+            "cross_deployer": self.cross_deployer,
+            "cosigners": [c.cosigner_json() for c in self.cosigners],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """What a path whose cryptography and output binding held proves: the emitter, every edge in
+    path order, and the registry sequence the keys were resolved at. Set on ``ACCEPT`` and on the
+    rejects decided after those checks (``CONSUMER_POLICY_VIOLATION``, ``FANOUT_EXCEEDED``,
+    ``NONCE_REPLAYED``); never on a path that failed them, whose claims prove nothing."""
+
+    emitter: Emitter
+    edges: tuple[ProvenEdge, ...]
+    registry_sequence: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,30 +156,38 @@ class VerificationResult:
     reason: Reason | None = None
     index: int | None = None
     detail: str = ""
+    attribution: Attribution | None = None
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.ACCEPT
 
     @classmethod
-    def accept(cls) -> VerificationResult:
-        return _ACCEPTED
+    def accept(cls, attribution: Attribution | None = None) -> VerificationResult:
+        return _ACCEPTED if attribution is None else cls(Verdict.ACCEPT, attribution=attribution)
 
     @classmethod
-    def reject(cls, reason: Reason, index: int | None, detail: str = "") -> VerificationResult:
-        return cls(Verdict.REJECT, reason, index, detail)
+    def reject(
+        cls, reason: Reason, index: int | None, detail: str = "", attribution: Attribution | None = None
+    ) -> VerificationResult:
+        return cls(Verdict.REJECT, reason, index, detail, attribution)
 
     def raise_for_reject(self) -> None:
         """Raise :class:`PathRejected` unless the path was accepted."""
         if not self:
             raise PathRejected(self)
 
-    def to_json(self) -> dict[str, str | int | None]:
-        """The verdict object the command line and the gRPC API both expose."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The verdict object the command line and the gRPC API both expose (docs/spec.md 6.2):
+        ``emitter``, ``edges`` and ``registry_sequence`` are ``null`` when nothing was proven."""
+        attribution = self.attribution
         return {
             "verdict": self.verdict.value,
             "reason": None if self.reason is None else self.reason.value,
             "index": self.index,
             "detail": self.detail,
+            "emitter": None if attribution is None else attribution.emitter.to_json(),
+            "edges": None if attribution is None else [edge.to_json() for edge in attribution.edges],
+            "registry_sequence": None if attribution is None else attribution.registry_sequence,
         }
 
 

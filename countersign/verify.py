@@ -18,7 +18,8 @@ from countersign.constructions import edge_manifest, edge_signing_input, record_
 from countersign.errors import MalformedError
 from countersign.keys import PublicKey
 from countersign.merkle import MerkleAccumulator
-from countersign.reasons import Reason, VerificationResult
+from countersign.policy import ConsumerPolicy
+from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, VerificationResult
 from countersign.records import MAX_DEPTH, Construction, Envelope, NodeRecord, Path, UnsupportedVersionError
 from countersign.registry import KeyProblem, Registry
 from countersign.state import ChildEdge, LeafNonce, VerifierState
@@ -125,13 +126,17 @@ def verify_path(
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
     request_id: str = "",
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> VerificationResult:
     """Verify ``path`` for the exact ``output`` bytes; in accept mode consume its leaf nonce.
 
     ``request_id`` is the caller's optional idempotency key (see :class:`countersign.state.LeafNonce`):
     the same accept-mode request retried after a lost answer is accepted again, nothing else is.
-    Returns the verdict. Raises :class:`countersign.errors.StateUnavailable` when the durable state
-    cannot be reached (retryable; never an accept).
+    ``consumer_policy`` (docs/spec.md section 16) is applied once the path and its output verified
+    and before the durable state is touched, so a path it refuses consumes no nonce and records no
+    edge. Returns the verdict, with the path's :class:`Attribution` once its checks held. Raises
+    :class:`countersign.errors.StateUnavailable` when the durable state cannot be reached
+    (retryable; never an accept).
     """
     edges: list[ChildEdge] = []
     result = _walk(path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures)
@@ -143,6 +148,13 @@ def verify_path(
         return _reject(Reason.OUTPUT_MISSING, leaf_index, "the leaf record has no output section")
     if DIGEST_PREFIX + hashlib.sha256(output).hexdigest() != leaf.output.sha256:
         return _reject(Reason.OUTPUT_MISMATCH, leaf_index, "SHA-256 of the output differs from the signed hash")
+    attribution = attribute(path, registry.sequence)
+    if consumer_policy is not None:
+        violation = consumer_policy.violation(path, attribution, now_ms)
+        if violation is not None:
+            return VerificationResult.reject(
+                Reason.CONSUMER_POLICY_VIOLATION, violation.index, violation.describe(), attribution
+            )
     leaf_nonce = LeafNonce(
         replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index, request_id
     )
@@ -153,8 +165,48 @@ def verify_path(
             if rejection.reason is Reason.FANOUT_EXCEEDED
             else ("the leaf nonce was already consumed")
         )
-        return _reject(rejection.reason, rejection.index, detail)
-    return VerificationResult.accept()
+        return VerificationResult.reject(rejection.reason, rejection.index, detail, attribution)
+    return VerificationResult.accept(attribution)
+
+
+def attribute(path: Path, registry_sequence: int) -> Attribution:
+    """The :class:`Attribution` of a path whose walk and output check passed: read from the records
+    the walk verified (no second verification). Callers must not use it for any other path."""
+    envelopes = path.envelopes
+    leaf = envelopes[-1].record
+    output = leaf.output
+    assert output is not None  # step O passed
+    edges = []
+    parent = envelopes[0].record
+    for index in range(1, len(envelopes)):
+        record = envelopes[index].record
+        edges.append(
+            ProvenEdge(
+                index,
+                parent.deployer,
+                parent.key_id,
+                record.deployer,
+                record.key_id,
+                record.construction,
+                record.deployer != parent.deployer,
+                record.cosigs,
+            )
+        )
+        parent = record
+    emitter = Emitter(
+        len(envelopes) - 1,
+        leaf.deployer,
+        leaf.key_id,
+        leaf.agent.instance,
+        leaf.agent.system,
+        leaf.construction,
+        leaf.created_ms,
+        output.sha256,
+        output.binding_scope,
+        output.session,
+        output.seq,
+    )
+    return Attribution(emitter, tuple(edges), registry_sequence)
 
 
 def verify_path_bytes(
@@ -167,6 +219,7 @@ def verify_path_bytes(
     now_ms: int,
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> VerificationResult:
     """Parse, then :func:`verify_path`. Malformed input is a ``MALFORMED`` (or version) reject."""
     try:
@@ -174,8 +227,9 @@ def verify_path_bytes(
     except MalformedError as exc:
         return malformed_result(exc)
     return verify_path(
-        path, output, registry=registry, state=state, mode=mode, now_ms=now_ms, policy=policy, signatures=signatures
-    )
+        path, output, registry=registry, state=state, mode=mode, now_ms=now_ms, policy=policy, signatures=signatures,
+        consumer_policy=consumer_policy,
+    )  # fmt: skip
 
 
 def malformed_result(exc: MalformedError) -> VerificationResult:

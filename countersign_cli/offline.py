@@ -13,6 +13,7 @@ from typing import Any
 
 from countersign.errors import MalformedError, VerificationError
 from countersign.keys import Ed25519Signer
+from countersign.policy import MAX_POLICY_BYTES, ConsumerPolicy, PolicyError, parse_policy
 from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path, parse_json
 from countersign.registry import Registry
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
@@ -51,6 +52,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     audit.add_time_and_log_arguments(verify)
     verify.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
+    verify.add_argument(
+        "--policy",
+        help="consumer policy file (docs/spec.md section 16) applied after verification; offline only",
+    )
     verify.add_argument(
         "--unsafe-allow-baselines",
         action="store_true",
@@ -95,6 +100,14 @@ def load_registry(location: str) -> Registry:
         return Registry.from_json(parse_json(data))
     except MalformedError as exc:
         raise UsageError(f"{location} is not a valid registry: {exc}") from None
+
+
+def load_policy(location: str) -> ConsumerPolicy:
+    data = read_bytes(location, "policy", MAX_POLICY_BYTES)
+    try:
+        return parse_policy(data)
+    except PolicyError as exc:
+        raise UsageError(f"{location} is not a valid policy: {exc}") from None
 
 
 def write_file(location: FilePath, data: bytes, mode: int = 0o644) -> None:
@@ -173,10 +186,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.verifier:
         if args.registry_log or args.at_evidence_time:
             raise UsageError("--registry-log and --at-evidence-time verify offline, not with --verifier")
+        if args.policy:
+            # A verifier applies only the named policies it is configured with (docs/api.md).
+            raise UsageError("--policy FILE applies to offline verification, not with --verifier")
         return verify_remotely(args, path_bytes, output)
     from countersign_cli.audit import registry_from_args, verification_time
 
     registry = registry_from_args(args)
+    consumer_policy = None if args.policy is None else load_policy(args.policy)
     policy = (
         VerifierPolicy.unsafe_allow_baselines(args.clock_skew_ms)
         if args.unsafe_allow_baselines
@@ -202,6 +219,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 mode=Mode.AUDIT if args.audit or args.at_evidence_time else Mode.ACCEPT,
                 now_ms=verification_time(args, path),
                 policy=policy,
+                consumer_policy=consumer_policy,
             )
     except VerificationError as exc:
         raise UsageError(f"verification could not run (retry): {exc}") from None

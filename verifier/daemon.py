@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import grpc
 import prometheus_client
@@ -26,7 +26,8 @@ from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.errors import ServiceError
 from countersign.client.tls import TlsConfig
 from countersign.errors import ConfigError, CountersignError, MalformedError, StateUnavailable
-from countersign.reasons import Reason, VerificationResult
+from countersign.policy import MAX_POLICY_BYTES, POLICY_NAME_PATTERN, ConsumerPolicy, PolicyError, parse_policy
+from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.state import VerifierState
 from countersign.verify import (
@@ -78,6 +79,9 @@ class VerifierConfig:
     signature_threads: int = 2
     max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
     limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
+    # Named consumer policies a request may choose (VerifyPathRequest.policy): name -> a policy
+    # file's path, or the policy document itself as inline JSON (a value starting with "{").
+    policies: dict[str, str] = dataclasses.field(default_factory=dict)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
@@ -93,12 +97,33 @@ class VerifierConfig:
             raise ConfigError("max_lanes must be between 1 and 1024")
         if not 1 <= self.signature_threads <= MAX_SIGNATURE_THREADS:
             raise ConfigError(f"signature_threads must be between 1 and {MAX_SIGNATURE_THREADS}")
+        load_policies(self.policies)
 
     @property
     def policy(self) -> VerifierPolicy:
         if self.allow_baselines:
             return VerifierPolicy.unsafe_allow_baselines(self.clock_skew_ms)
         return VerifierPolicy(clock_skew_ms=self.clock_skew_ms)
+
+
+def load_policies(settings: Mapping[str, str]) -> dict[str, ConsumerPolicy]:
+    """Parse the ``policies`` setting (name -> file path or inline JSON). Raises ConfigError."""
+    loaded: dict[str, ConsumerPolicy] = {}
+    for name, source in settings.items():
+        if POLICY_NAME_PATTERN.fullmatch(name) is None:
+            raise ConfigError(f"policies: {name!r} must match {POLICY_NAME_PATTERN.pattern}")
+        try:
+            if source.lstrip().startswith("{"):
+                document: bytes | str = source
+            else:
+                with open(source, "rb") as handle:
+                    document = handle.read(MAX_POLICY_BYTES + 1)
+            loaded[name] = parse_policy(document)
+        except OSError as exc:
+            raise ConfigError(f"policies.{name}: cannot read {source}: {exc.strerror}") from None
+        except PolicyError as exc:
+            raise ConfigError(f"policies.{name}: {exc}") from None
+    return loaded
 
 
 class VerifierMetrics:
@@ -139,6 +164,38 @@ def verdict_message(result: VerificationResult) -> common_pb2.Verdict:
     )
 
 
+def attribution_message(attribution: Attribution) -> common_pb2.Attribution:
+    emitter = attribution.emitter
+    return common_pb2.Attribution(
+        emitter=common_pb2.Emitter(
+            index=emitter.index, deployer=emitter.deployer, key_id=emitter.key_id,
+            agent_instance=emitter.agent_instance, agent_system=emitter.agent_system,
+            construction=emitter.construction.value, created_ms=emitter.created_ms,
+            output_sha256=emitter.output_sha256, binding_scope=emitter.binding_scope.value,
+            session=emitter.session, seq=emitter.seq,
+        ),
+        edges=[
+            common_pb2.ProvenEdge(
+                index=edge.index, parent_deployer=edge.parent_deployer, parent_key_id=edge.parent_key_id,
+                deployer=edge.deployer, key_id=edge.key_id, construction=edge.construction.value,
+                cross_deployer=edge.cross_deployer,
+                cosigners=[
+                    common_pb2.CoSigner(role=c.role.value, deployer=c.deployer, key_id=c.key_id, sig=c.sig)
+                    for c in edge.cosigners
+                ],
+            )
+            for edge in attribution.edges
+        ],
+    )  # fmt: skip
+
+
+def response_message(result: VerificationResult, registry_sequence: int) -> verifier_pb2.VerifyPathResponse:
+    response = verifier_pb2.VerifyPathResponse(verdict=verdict_message(result), registry_sequence=registry_sequence)
+    if result.attribution is not None:
+        response.attribution.CopyFrom(attribution_message(result.attribution))
+    return response
+
+
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
         self,
@@ -149,7 +206,9 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         lanes_per_client: int = 4,
         max_lanes: int = 64,
         signatures: SignatureBatch = SERIAL,
+        consumer_policies: Mapping[str, ConsumerPolicy] | None = None,
     ) -> None:
+        self._consumer_policies = dict(consumer_policies or {})
         self._state = state
         self._follower = follower
         self._policy = policy
@@ -183,6 +242,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         if mode is None:
             raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
         request_id = self._request_id(request.request_id, context)
+        consumer_policy = self._consumer_policy(request.policy)
         if len(request.output) > MAX_OUTPUT_BYTES:
             raise ServiceError("INVALID_ARGUMENT", "output exceeds 16 MiB", grpc.StatusCode.INVALID_ARGUMENT)
         registry, fresh = self._follower.view()
@@ -202,13 +262,23 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                     result = verify_path(
                         path, request.output, registry=registry, state=self._state, mode=mode,
                         now_ms=now_ms(), policy=self._policy, request_id=request_id, signatures=self._signatures,
+                        consumer_policy=consumer_policy,
                     )  # fmt: skip
                 except StateUnavailable:
                     self._metrics.errors.labels("STATE_UNAVAILABLE").inc()
                     raise
         self._metrics.verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
         self._metrics.latency.labels(mode.value).observe(time.perf_counter() - started)
-        return verifier_pb2.VerifyPathResponse(verdict=verdict_message(result), registry_sequence=registry.sequence)
+        return response_message(result, registry.sequence)
+
+    def _consumer_policy(self, name: str) -> ConsumerPolicy | None:
+        """The named policy the request chose (empty: none). An unknown name is the caller's error."""
+        if not name:
+            return None
+        policy = self._consumer_policies.get(name)
+        if policy is None:
+            raise ServiceError("INVALID_ARGUMENT", f"unknown policy {name[:64]!r}", grpc.StatusCode.INVALID_ARGUMENT)
+        return policy
 
     @staticmethod
     def _request_id(key: str, context: grpc.ServicerContext) -> str:
@@ -247,7 +317,7 @@ class VerifierDaemon:
         self.signatures = signature_batch(config.signature_threads)
         self.service = VerifierService(
             self.state, self.follower, config.policy, self.metrics, config.lanes_per_client, config.max_lanes,
-            self.signatures,
+            self.signatures, load_policies(config.policies),
         )  # fmt: skip
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
 import tomllib
 import types
@@ -80,6 +81,11 @@ def _typed(value: Any, kind: Any, what: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{what} must be a list")
         return [_typed(v, item, what) for v in value]
+    if origin is dict:
+        key_kind, value_kind = typing.get_args(kind)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{what} must be a table")
+        return {_typed(k, key_kind, what): _typed(v, value_kind, f"{what}.{k}") for k, v in value.items()}
     if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{what} must be true or false")
@@ -102,6 +108,12 @@ def _from_text(text: str, kind: Any, what: str) -> Any:
         return None if text == "" else _from_text(text, options[0], what)
     if origin is list:
         return [part.strip() for part in text.split(",") if part.strip()]
+    if origin is dict:  # a table in the environment is a JSON object
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise ConfigError(f"{what} must be a JSON object") from None
+        return _typed(value, kind, what)
     if kind is bool:
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ConfigError(f"{what} must be true or false")

@@ -7,28 +7,57 @@ from types import TracebackType
 
 import grpc
 
-from countersign._proto.v1 import verifier_pb2, verifier_pb2_grpc
+from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.errors import from_rpc_error
 from countersign.client.lanes import Lanes, unary
 from countersign.client.results import VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
-from countersign.reasons import Reason, Verdict, VerificationResult
-from countersign.records import Path
+from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
+from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
 
 
-def _request(path: Path | bytes, output: bytes, audit: bool, request_id: str) -> verifier_pb2.VerifyPathRequest:
+def _request(
+    path: Path | bytes, output: bytes, audit: bool, request_id: str, policy: str
+) -> verifier_pb2.VerifyPathRequest:
     mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
     data = path.to_bytes() if isinstance(path, Path) else path
-    return verifier_pb2.VerifyPathRequest(path=data, output=output, mode=mode, request_id=request_id)
+    return verifier_pb2.VerifyPathRequest(path=data, output=output, mode=mode, request_id=request_id, policy=policy)
+
+
+def _attribution(message: common_pb2.Attribution, registry_sequence: int) -> Attribution:
+    """The core's Attribution from the service's message (what the verifier proved about the path)."""
+    e = message.emitter
+    emitter = Emitter(
+        e.index, e.deployer, e.key_id, e.agent_instance, e.agent_system, Construction(e.construction),
+        e.created_ms, e.output_sha256, BindingScope(e.binding_scope), e.session, e.seq,
+    )  # fmt: skip
+    edges = tuple(
+        ProvenEdge(
+            edge.index,
+            edge.parent_deployer,
+            edge.parent_key_id,
+            edge.deployer,
+            edge.key_id,
+            Construction(edge.construction),
+            edge.cross_deployer,
+            tuple(CoSignature(CoSignerRole(c.role), c.deployer, c.key_id, c.sig) for c in edge.cosigners),
+        )
+        for edge in message.edges
+    )
+    return Attribution(emitter, edges, registry_sequence)
 
 
 def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
     verdict = response.verdict
-    if verdict.verdict == verdict.ACCEPT:
-        return VerifierVerdict(VerificationResult.accept(), response.registry_sequence)
-    result = VerificationResult(
-        Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail
+    attribution = (
+        _attribution(response.attribution, response.registry_sequence) if response.HasField("attribution") else None
     )
+    if verdict.verdict == verdict.ACCEPT:
+        return VerifierVerdict(VerificationResult.accept(attribution), response.registry_sequence)
+    result = VerificationResult(
+        Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail,
+        attribution,
+    )  # fmt: skip
     return VerifierVerdict(result, response.registry_sequence)
 
 
@@ -58,14 +87,16 @@ class VerifierClient:
         audit: bool = False,
         timeout_s: float = 10.0,
         request_id: str = "",
+        policy: str = "",
     ) -> VerifierVerdict:
         """The verifier's verdict on ``path`` (a Path, or its bytes as received) for the exact
         ``output`` bytes. Accept mode consumes the leaf nonce, so a second presentation is
         ``NONCE_REPLAYED``; ``audit=True`` checks without consuming. ``request_id``: an idempotency key
-        for retrying an accept-mode request (docs/api.md). A rejected path is a verdict, not an error;
+        for retrying an accept-mode request (docs/api.md). ``policy``: the name of a consumer policy
+        configured on the verifier (spec section 16; empty: none). A rejected path is a verdict, not an error;
         raises ServiceError when the verifier refuses the request or cannot be reached."""
         ask = self._lanes.ask if self._lanes is not None else self._unary
-        return _verdict(ask(_request(path, output, audit, request_id), timeout_s))
+        return _verdict(ask(_request(path, output, audit, request_id, policy), timeout_s))
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -102,10 +133,11 @@ class AsyncVerifierClient:
         audit: bool = False,
         timeout_s: float = 10.0,
         request_id: str = "",
+        policy: str = "",
     ) -> VerifierVerdict:
         """See :meth:`VerifierClient.verify`."""
         try:
-            response = await self._stub.VerifyPath(_request(path, output, audit, request_id), timeout=timeout_s)
+            response = await self._stub.VerifyPath(_request(path, output, audit, request_id, policy), timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return _verdict(response)

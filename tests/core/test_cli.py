@@ -65,10 +65,22 @@ def test_verify_accepts_then_rejects_a_replay_with_durable_state(sample: Path, t
     state = f"sqlite:///{tmp_path / 'state.db'}"
     first = verify(sample, "--state", state)
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout) == {"verdict": "ACCEPT", "reason": None, "index": None, "detail": ""}
+    accepted = json.loads(first.stdout)
+    assert {k: accepted[k] for k in ("verdict", "reason", "index", "detail")} == {
+        "verdict": "ACCEPT",
+        "reason": None,
+        "index": None,
+        "detail": "",
+    }
+    assert accepted["emitter"]["deployer"] == "deployer-b"  # depth 5 over three deployers: a b c a b
+    assert accepted["emitter"]["index"] == 4
+    assert [e["cross_deployer"] for e in accepted["edges"]] == [True] * 4
+    assert accepted["registry_sequence"] == 0
     second = verify(sample, "--state", state)
     assert second.returncode == 1
-    assert json.loads(second.stdout)["reason"] == "NONCE_REPLAYED"
+    replayed = json.loads(second.stdout)
+    assert replayed["reason"] == "NONCE_REPLAYED"
+    assert replayed["emitter"] == accepted["emitter"]  # a replay is still proven evidence of its emitter
     audit = verify(sample, "--state", state, "--audit")
     assert audit.returncode == 0
 
@@ -83,6 +95,9 @@ def test_verify_rejects_substituted_output(sample: Path, tmp_path: Path) -> None
         "reason": "OUTPUT_MISMATCH",
         "index": 4,
         "detail": "",
+        "emitter": None,  # the output binding failed: nothing about the emitter is proven
+        "edges": None,
+        "registry_sequence": None,
     }
 
 

@@ -15,6 +15,8 @@ import rfc8785
 
 from countersign.canonical import b64url_decode, pae, sha256_digest
 from countersign.keys import PublicKey
+from countersign.policy import policy_from_json
+from countersign.reasons import Reason
 from countersign.records import PAYLOAD_TYPE_EDGE, PAYLOAD_TYPE_NODE, MalformedError, Path, parse_json
 from countersign.registry import Registry
 from countersign.state import InMemoryState
@@ -23,7 +25,7 @@ from countersign.verify import Mode, VerifierPolicy, malformed_result, verify_pa
 pytestmark = pytest.mark.offline
 
 VECTORS = FilePath(__file__).parents[1] / "vectors"
-CASES = sorted((VECTORS / "valid").glob("*.json")) + sorted((VECTORS / "invalid").glob("*.json"))
+CASES = [case for kind in ("valid", "invalid", "policy") for case in sorted((VECTORS / kind).glob("*.json"))]
 
 
 def test_generator_output_matches_committed_vectors(tmp_path: FilePath) -> None:
@@ -46,6 +48,7 @@ def _path_bytes(presentation: dict[str, Any]) -> bytes:
 def _verify(vector: dict[str, Any], presentation: dict[str, Any], state: InMemoryState) -> dict[str, Any]:
     registry = Registry.from_json(vector["registry"])
     skew = vector["clock_skew_ms"]
+    consumer_policy = policy_from_json(vector["consumer_policy"]) if "consumer_policy" in vector else None
     policy = (
         VerifierPolicy.unsafe_allow_baselines(skew) if vector["allow_baselines"] else VerifierPolicy(clock_skew_ms=skew)
     )
@@ -62,8 +65,15 @@ def _verify(vector: dict[str, Any], presentation: dict[str, Any], state: InMemor
             mode=Mode(vector["mode"]),
             now_ms=vector["now_ms"],
             policy=policy,
+            consumer_policy=consumer_policy,
         )
-    return {"verdict": result.verdict.value, "reason": result.reason and result.reason.value, "index": result.index}
+    found = {"verdict": result.verdict.value, "reason": result.reason and result.reason.value, "index": result.index}
+    if consumer_policy is not None:  # policy vectors also pin the clause and the attribution (spec 12.1)
+        verdict = result.to_json()
+        violated = result.reason is Reason.CONSUMER_POLICY_VIOLATION
+        found["clause"] = result.detail.split(": ", 1)[0] if violated else None
+        found |= {key: verdict[key] for key in ("emitter", "edges", "registry_sequence")}
+    return found
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -76,11 +86,19 @@ def test_vector_verdict(case: FilePath) -> None:
 
 
 def test_every_reason_code_has_a_vector() -> None:
-    from countersign.reasons import Reason
-
     covered = {json.loads(c.read_text())["expected"]["reason"] for c in CASES}
     # REGISTRY_STALE is decided by the verifier service from its registry's age, not by a path.
     assert {r.value for r in Reason} - covered == {"REGISTRY_STALE"}
+
+
+def test_policy_vectors_name_each_clause_they_violate() -> None:
+    policy_cases = [json.loads(c.read_text()) for c in CASES if c.parent.name == "policy"]
+    assert {v["expected"]["clause"] for v in policy_cases} >= {
+        "allowed_deployers", "cross_deployer_construction", "max_depth", "max_evidence_age_ms",
+        "require_closed_session", "all_of", "any_of",
+    }  # fmt: skip
+    accepted = [v for v in policy_cases if v["expected"]["verdict"] == "ACCEPT"]
+    assert accepted and all(v["expected"]["emitter"] is not None for v in accepted)
 
 
 def test_encoding_vector_is_rfc8785_and_signatures_verify() -> None:

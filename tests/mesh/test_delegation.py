@@ -19,6 +19,15 @@ from tests.mesh.helpers import now_ms, sha256
 pytestmark = pytest.mark.daemons
 
 
+VERDICT_FIELDS = ("verdict", "reason", "index", "detail")
+
+
+def verdict_fields(verdict: dict[str, object]) -> dict[str, object]:
+    """The four verdict fields. (The SDK client does not map the attribution yet; the verifier sends
+    it, tests/mesh/test_policy_remote.py checks it on the wire.)"""
+    return {key: verdict[key] for key in VERDICT_FIELDS}
+
+
 def cli_verify(mesh: LocalMesh, path_file: FilePath, output_file: FilePath) -> tuple[int, dict[str, object], str]:
     tls = mesh.tls_for("client")
     argv = [sys.executable, "-m", "countersign_cli", "verify", "--path", str(path_file), "--output", str(output_file)]
@@ -86,16 +95,18 @@ def test_planner_researcher_writer_with_receipts(mesh: LocalMesh, tmp_path: File
         Path.from_bytes(final.to_bytes()), report, registry=registry, state=InMemoryState(), mode=Mode.ACCEPT,
         now_ms=now_ms(), policy=DEFAULT_POLICY,
     )  # fmt: skip
-    assert offline.to_json() == {"verdict": "ACCEPT", "reason": None, "index": None, "detail": ""}
+    assert verdict_fields(offline.to_json()) == {"verdict": "ACCEPT", "reason": None, "index": None, "detail": ""}
+    assert offline.attribution is not None
+    assert (offline.attribution.emitter.deployer, offline.attribution.emitter.session) == ("deployer-c", "wr-1")
     audited = verifier.verify(final.to_bytes(), report, audit=True).result
-    assert audited.to_json() == offline.to_json()
+    assert audited.to_json() == offline.to_json()  # the client maps the service's attribution back
 
     # The CLI against the service: the same verdict object, exit 0; then the replay, exit 1.
     path_file, output_file = tmp_path / "path.json", tmp_path / "output.bin"
     path_file.write_bytes(final.to_bytes())
     output_file.write_bytes(report)
     code, verdict, stderr = cli_verify(mesh, path_file, output_file)
-    assert (code, verdict) == (0, offline.to_json()), stderr
+    assert (code, verdict_fields(verdict)) == (0, verdict_fields(offline.to_json())), stderr
     code, replayed, stderr = cli_verify(mesh, path_file, output_file)
     assert code == 1, stderr
     assert replayed["verdict"] == "REJECT"

@@ -3,10 +3,11 @@
     python tests/vectors/generate.py [--out DIR]
 
 Writes ``keys.json``, ``encoding.json`` (canonical bytes, digests, signing inputs and signatures of
-one SIGNED-DAG path), ``valid/*.json`` (one accepted path per construction) and ``invalid/*.json``
-(named invalid presentations with the expected reason and index), and ``export/`` (the path of
-``valid/signed-dag.json`` in each export format of docs/spec.md section 15). The tests regenerate them
-into a temporary directory and require the result to equal the committed files byte for byte.
+one SIGNED-DAG path), ``valid/*.json`` (one accepted path per construction), ``invalid/*.json``
+(named invalid presentations with the expected reason and index), ``policy/*.json`` (paths under a
+consumer policy, with the expected attribution) and ``export/`` (the path of ``valid/signed-dag.json``
+in each export format of docs/spec.md). The tests regenerate them into a temporary directory and
+require the result to equal the committed files byte for byte.
 
 Invalid vectors isolate one check each: where a check sits behind the signatures, the mutated
 record is re-signed with the legitimate key (a faulty issuer), so that exactly that check fails.
@@ -37,6 +38,19 @@ from countersign.constructions import (
     seal,
 )
 from countersign.keys import Ed25519Signer
+from countersign.policy import (
+    AllOf,
+    AllowedBindingScopes,
+    AllowedDeployers,
+    AllowedKeys,
+    AnyOf,
+    ConsumerPolicy,
+    CrossDeployerConstruction,
+    MaxDepth,
+    MaxEvidenceAge,
+    RequireClosedSession,
+)
+from countersign.reasons import Reason
 from countersign.records import (
     AgentRef,
     BindingScope,
@@ -50,6 +64,8 @@ from countersign.records import (
 )
 from countersign.registry import Registry
 from countersign.samples import SampleMesh
+from countersign.state import InMemoryState
+from countersign.verify import Mode, VerifierPolicy, verify_path
 
 SEED = b"countersign-test-vectors-v1"
 NOW_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -467,6 +483,83 @@ def invalid_vectors(m: SampleMesh) -> list[dict[str, Any]]:
     return v
 
 
+def policy_vectors(m: SampleMesh) -> list[dict[str, Any]]:
+    """Verified paths under a consumer policy (spec section 16): ``consumer_policy`` is the policy
+    document applied to the presentation; ``expected`` adds the clause named first in the detail
+    (``null`` unless the reason is CONSUMER_POLICY_VIOLATION) and the attribution of spec 6.2."""
+    dag = build_path(m, Construction.SIGNED_DAG)
+    linked = build_path(m, Construction.LINKED_LIST)
+    registry = Registry(m.registry.deployers, 7)  # keys resolved at registry sequence 7
+    everything = AllOf(
+        (
+            AllowedDeployers(frozenset(DEPLOYERS)),
+            AllowedKeys(frozenset(s.key_id for s in m.signers.values())),
+            MaxDepth(3),
+            CrossDeployerConstruction(frozenset({Construction.SIGNED_DAG})),
+            MaxEvidenceAge(120_000),
+            AllowedBindingScopes(frozenset({BindingScope.PER_TURN, BindingScope.PER_TOOL_CALL})),
+        )
+    )
+    cases: list[tuple[str, str, Path, ConsumerPolicy]] = [
+        ("accept-attribution", "every satisfiable clause holds: ACCEPT, naming the emitter", dag, everything),
+        (
+            "any-of-one-alternative",
+            "one alternative of an any_of holds",
+            dag,
+            AnyOf((RequireClosedSession(), MaxDepth(5))),
+        ),
+        (
+            "allowed-deployers",
+            "deployer-c (the emitter) is not an allowed deployer",
+            dag,
+            AllowedDeployers(frozenset({"deployer-a", "deployer-b"})),
+        ),
+        (
+            "cross-deployer-construction",
+            "a LINKED-LIST path under a policy that wants SIGNED-DAG on cross-deployer edges",
+            linked,
+            CrossDeployerConstruction(frozenset({Construction.SIGNED_DAG})),
+        ),
+        ("max-depth", "the emitter sits at depth 3, the policy allows 2", dag, MaxDepth(2)),
+        ("max-evidence-age", "the output receipt is 60 s old, the policy allows 30 s", dag, MaxEvidenceAge(30_000)),
+        (
+            "require-closed-session",
+            "no session can be proven closed in version 1: the clause fails closed",
+            dag,
+            RequireClosedSession(),
+        ),
+        ("empty-all-of", "an empty all_of allows nothing", dag, AllOf(())),
+        ("empty-any-of", "an empty any_of allows nothing", dag, AnyOf(())),
+    ]
+    vectors = []
+    for name, description, path, consumer_policy in cases:
+        result = verify_path(
+            path,
+            OUTPUT,
+            registry=registry,
+            state=InMemoryState(),
+            mode=Mode.ACCEPT,
+            now_ms=NOW_MS,
+            policy=VerifierPolicy(clock_skew_ms=60_000),
+            consumer_policy=consumer_policy,
+        )
+        body = vector(
+            name,
+            description,
+            presentation(path),
+            (result.verdict.value, result.reason and result.reason.value, result.index),
+            registry=registry,
+        )
+        body["consumer_policy"] = consumer_policy.document()
+        verdict = result.to_json()
+        violated = result.reason is Reason.CONSUMER_POLICY_VIOLATION
+        body["expected"]["clause"] = result.detail.split(": ", 1)[0] if violated else None
+        for key in ("emitter", "edges", "registry_sequence"):
+            body["expected"][key] = verdict[key]
+        vectors.append(body)
+    return vectors
+
+
 def _relinked(m: SampleMesh, envelopes: list[Envelope], start: int) -> Path:
     """Re-sign records ``start..`` so their parent references follow a changed predecessor."""
     path = Path(tuple(envelopes))
@@ -507,6 +600,9 @@ def generate(out: FilePath) -> None:
     write(out / "encoding.json", encoding_vector(m, build_path(m, Construction.SIGNED_DAG)))
     for item in invalid_vectors(m):
         write(out / "invalid" / f"{item['name']}.json", item)
+    (out / "policy").mkdir(parents=True, exist_ok=True)
+    for item in policy_vectors(m):
+        write(out / "policy" / f"{item['name']}.json", item)
     export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ountersign/v1/common.proto\x12\x0e\x63ountersign.v1\"\x9d\x01\n\x07Verdict\x12-\n\x07verdict\x18\x01 \x01(\x0e\x32\x1c.countersign.v1.Verdict.Kind\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"4\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43\x43\x45PT\x10\x01\x12\n\n\x06REJECT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ountersign/v1/common.proto\x12\x0e\x63ountersign.v1\"\x9d\x01\n\x07Verdict\x12-\n\x07verdict\x18\x01 \x01(\x0e\x32\x1c.countersign.v1.Verdict.Kind\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"4\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43\x43\x45PT\x10\x01\x12\n\n\x06REJECT\x10\x02\"b\n\x0b\x41ttribution\x12(\n\x07\x65mitter\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Emitter\x12)\n\x05\x65\x64ges\x18\x02 \x03(\x0b\x32\x1a.countersign.v1.ProvenEdge\"\xde\x01\n\x07\x45mitter\x12\r\n\x05index\x18\x01 \x01(\r\x12\x10\n\x08\x64\x65ployer\x18\x02 \x01(\t\x12\x0e\n\x06key_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61gent_instance\x18\x04 \x01(\t\x12\x14\n\x0c\x61gent_system\x18\x05 \x01(\t\x12\x14\n\x0c\x63onstruction\x18\x06 \x01(\t\x12\x12\n\ncreated_ms\x18\x07 \x01(\x04\x12\x15\n\routput_sha256\x18\x08 \x01(\t\x12\x15\n\rbinding_scope\x18\t \x01(\t\x12\x0f\n\x07session\x18\n \x01(\t\x12\x0b\n\x03seq\x18\x0b \x01(\x04\"\xc8\x01\n\nProvenEdge\x12\r\n\x05index\x18\x01 \x01(\r\x12\x17\n\x0fparent_deployer\x18\x02 \x01(\t\x12\x15\n\rparent_key_id\x18\x03 \x01(\t\x12\x10\n\x08\x64\x65ployer\x18\x04 \x01(\t\x12\x0e\n\x06key_id\x18\x05 \x01(\t\x12\x14\n\x0c\x63onstruction\x18\x06 \x01(\t\x12\x16\n\x0e\x63ross_deployer\x18\x07 \x01(\x08\x12+\n\tcosigners\x18\x08 \x03(\x0b\x32\x18.countersign.v1.CoSigner\"G\n\x08\x43oSigner\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x10\n\x08\x64\x65ployer\x18\x02 \x01(\t\x12\x0e\n\x06key_id\x18\x03 \x01(\t\x12\x0b\n\x03sig\x18\x04 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,4 +36,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_VERDICT']._serialized_end=205
   _globals['_VERDICT_KIND']._serialized_start=153
   _globals['_VERDICT_KIND']._serialized_end=205
+  _globals['_ATTRIBUTION']._serialized_start=207
+  _globals['_ATTRIBUTION']._serialized_end=305
+  _globals['_EMITTER']._serialized_start=308
+  _globals['_EMITTER']._serialized_end=530
+  _globals['_PROVENEDGE']._serialized_start=533
+  _globals['_PROVENEDGE']._serialized_end=733
+  _globals['_COSIGNER']._serialized_start=735
+  _globals['_COSIGNER']._serialized_end=806
 # @@protoc_insertion_point(module_scope)

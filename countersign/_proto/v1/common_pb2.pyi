@@ -8,8 +8,10 @@ Paths, records and registry statements travel as their canonical JSON bytes (doc
 bytes that are signed are the bytes that are sent, so no service re-encodes evidence.
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -24,7 +26,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class Verdict(_message.Message):
-    """The verdict object of docs/spec.md section 7."""
+    """The verdict object of docs/spec.md section 6.2."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -49,7 +51,9 @@ class Verdict(_message.Message):
     DETAIL_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.Kind.ValueType
     reason: _builtins.str
-    """A member of the closed reason enum (docs/spec.md section 8); empty for ACCEPT."""
+    """A member of the closed reason enum (docs/spec.md section 8); empty for ACCEPT. For
+    CONSUMER_POLICY_VIOLATION, `detail` begins with the name of the failing clause and ": ".
+    """
     index: _builtins.int
     """Index of the offending record; -1 when the fault is not in one record."""
     detail: _builtins.str
@@ -68,3 +72,165 @@ class Verdict(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
+
+@_typing.final
+class Attribution(_message.Message):
+    """What a verified path proves (docs/spec.md section 6.2). Present on ACCEPT and on the rejects
+    decided after the path and its output verified (CONSUMER_POLICY_VIOLATION, FANOUT_EXCEEDED,
+    NONCE_REPLAYED); absent on every other reject, whose records prove nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EMITTER_FIELD_NUMBER: _builtins.int
+    EDGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def emitter(self) -> Global___Emitter: ...
+    @_builtins.property
+    def edges(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProvenEdge]:
+        """in path order: record index-1 -> record index"""
+
+    def __init__(
+        self,
+        *,
+        emitter: Global___Emitter | None = ...,
+        edges: _abc.Iterable[Global___ProvenEdge] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["emitter", b"emitter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["edges", b"edges", "emitter", b"emitter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Attribution: _TypeAlias = Attribution  # noqa: Y015
+
+@_typing.final
+class Emitter(_message.Message):
+    """The leaf record (the output receipt) of a verified path."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    DEPLOYER_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    AGENT_INSTANCE_FIELD_NUMBER: _builtins.int
+    AGENT_SYSTEM_FIELD_NUMBER: _builtins.int
+    CONSTRUCTION_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    OUTPUT_SHA256_FIELD_NUMBER: _builtins.int
+    BINDING_SCOPE_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the leaf's position (= its depth)"""
+    deployer: _builtins.str
+    key_id: _builtins.str
+    agent_instance: _builtins.str
+    agent_system: _builtins.str
+    construction: _builtins.str
+    """e.g. "signed-dag"; under no-chain/hash-only nothing is signed"""
+    created_ms: _builtins.int
+    output_sha256: _builtins.str
+    """"sha256:<hex>" of the output bytes"""
+    binding_scope: _builtins.str
+    """per_session, per_turn, per_tool_call, per_n_tokens"""
+    session: _builtins.str
+    seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        deployer: _builtins.str = ...,
+        key_id: _builtins.str = ...,
+        agent_instance: _builtins.str = ...,
+        agent_system: _builtins.str = ...,
+        construction: _builtins.str = ...,
+        created_ms: _builtins.int = ...,
+        output_sha256: _builtins.str = ...,
+        binding_scope: _builtins.str = ...,
+        session: _builtins.str = ...,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_instance", b"agent_instance", "agent_system", b"agent_system", "binding_scope", b"binding_scope", "construction", b"construction", "created_ms", b"created_ms", "deployer", b"deployer", "index", b"index", "key_id", b"key_id", "output_sha256", b"output_sha256", "seq", b"seq", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Emitter: _TypeAlias = Emitter  # noqa: Y015
+
+@_typing.final
+class ProvenEdge(_message.Message):
+    """One delegation edge of a verified path."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    PARENT_DEPLOYER_FIELD_NUMBER: _builtins.int
+    PARENT_KEY_ID_FIELD_NUMBER: _builtins.int
+    DEPLOYER_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    CONSTRUCTION_FIELD_NUMBER: _builtins.int
+    CROSS_DEPLOYER_FIELD_NUMBER: _builtins.int
+    COSIGNERS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the child record's position"""
+    parent_deployer: _builtins.str
+    parent_key_id: _builtins.str
+    deployer: _builtins.str
+    key_id: _builtins.str
+    construction: _builtins.str
+    cross_deployer: _builtins.bool
+    @_builtins.property
+    def cosigners(self) -> _containers.RepeatedCompositeFieldContainer[Global___CoSigner]:
+        """the checked co-signatures (signed-dag cross edges); else empty"""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        parent_deployer: _builtins.str = ...,
+        parent_key_id: _builtins.str = ...,
+        deployer: _builtins.str = ...,
+        key_id: _builtins.str = ...,
+        construction: _builtins.str = ...,
+        cross_deployer: _builtins.bool = ...,
+        cosigners: _abc.Iterable[Global___CoSigner] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["construction", b"construction", "cosigners", b"cosigners", "cross_deployer", b"cross_deployer", "deployer", b"deployer", "index", b"index", "key_id", b"key_id", "parent_deployer", b"parent_deployer", "parent_key_id", b"parent_key_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProvenEdge: _TypeAlias = ProvenEdge  # noqa: Y015
+
+@_typing.final
+class CoSigner(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    DEPLOYER_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    SIG_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """"parent" or "child" """
+    deployer: _builtins.str
+    key_id: _builtins.str
+    sig: _builtins.str
+    """the co-signature as the record carries it (base64url)"""
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        deployer: _builtins.str = ...,
+        key_id: _builtins.str = ...,
+        sig: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployer", b"deployer", "key_id", b"key_id", "role", b"role", "sig", b"sig"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CoSigner: _TypeAlias = CoSigner  # noqa: Y015

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from countersign._proto.v1 import common_pb2 as countersign_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ountersign/v1/verifier.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"\xb0\x01\n\x11VerifyPathRequest\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x0e\n\x06output\x18\x02 \x01(\x0c\x12\x34\n\x04mode\x18\x03 \x01(\x0e\x32&.countersign.v1.VerifyPathRequest.Mode\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"3\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43\x43\x45PT\x10\x01\x12\t\n\x05\x41UDIT\x10\x02\"Y\n\x12VerifyPathResponse\x12(\n\x07verdict\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Verdict\x12\x19\n\x11registry_sequence\x18\x02 \x01(\x04\x32\xb9\x01\n\x08Verifier\x12S\n\nVerifyPath\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse\x12X\n\x0bVerifyPaths\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ountersign/v1/verifier.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"\xc0\x01\n\x11VerifyPathRequest\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x0e\n\x06output\x18\x02 \x01(\x0c\x12\x34\n\x04mode\x18\x03 \x01(\x0e\x32&.countersign.v1.VerifyPathRequest.Mode\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x0e\n\x06policy\x18\x05 \x01(\t\"3\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43\x43\x45PT\x10\x01\x12\t\n\x05\x41UDIT\x10\x02\"\x8b\x01\n\x12VerifyPathResponse\x12(\n\x07verdict\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Verdict\x12\x19\n\x11registry_sequence\x18\x02 \x01(\x04\x12\x30\n\x0b\x61ttribution\x18\x03 \x01(\x0b\x32\x1b.countersign.v1.Attribution2\xb9\x01\n\x08Verifier\x12S\n\nVerifyPath\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse\x12X\n\x0bVerifyPaths\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.verifier_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VERIFYPATHREQUEST']._serialized_start=79
-  _globals['_VERIFYPATHREQUEST']._serialized_end=255
-  _globals['_VERIFYPATHREQUEST_MODE']._serialized_start=204
-  _globals['_VERIFYPATHREQUEST_MODE']._serialized_end=255
-  _globals['_VERIFYPATHRESPONSE']._serialized_start=257
-  _globals['_VERIFYPATHRESPONSE']._serialized_end=346
-  _globals['_VERIFIER']._serialized_start=349
-  _globals['_VERIFIER']._serialized_end=534
+  _globals['_VERIFYPATHREQUEST']._serialized_end=271
+  _globals['_VERIFYPATHREQUEST_MODE']._serialized_start=220
+  _globals['_VERIFYPATHREQUEST_MODE']._serialized_end=271
+  _globals['_VERIFYPATHRESPONSE']._serialized_start=274
+  _globals['_VERIFYPATHRESPONSE']._serialized_end=413
+  _globals['_VERIFIER']._serialized_start=416
+  _globals['_VERIFIER']._serialized_end=601
 # @@protoc_insertion_point(module_scope)

@@ -48,6 +48,7 @@ class VerifyPathRequest(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     path: _builtins.bytes
     """path JSON (docs/spec.md)"""
     output: _builtins.bytes
@@ -59,6 +60,12 @@ class VerifyPathRequest(_message.Message):
     (for instance on another replica after a timeout) is answered ACCEPT again if its acceptance was
     recorded; without a key such a retry is NONCE_REPLAYED. Any other presentation stays a replay.
     """
+    policy: _builtins.str
+    """Optional name of a consumer policy configured on the verifier (`policies` setting; docs/spec.md
+    section 15), applied after verification and before the nonce is consumed: a path it refuses is
+    REJECT CONSUMER_POLICY_VIOLATION and consumes nothing. Empty: no consumer policy. A name the
+    verifier does not know is INVALID_ARGUMENT.
+    """
     def __init__(
         self,
         *,
@@ -66,10 +73,11 @@ class VerifyPathRequest(_message.Message):
         output: _builtins.bytes = ...,
         mode: Global___VerifyPathRequest.Mode.ValueType = ...,
         request_id: _builtins.str = ...,
+        policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "output", b"output", "path", b"path", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "output", b"output", "path", b"path", "policy", b"policy", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -81,18 +89,25 @@ class VerifyPathResponse(_message.Message):
 
     VERDICT_FIELD_NUMBER: _builtins.int
     REGISTRY_SEQUENCE_FIELD_NUMBER: _builtins.int
+    ATTRIBUTION_FIELD_NUMBER: _builtins.int
     registry_sequence: _builtins.int
+    """the registry sequence the keys were resolved at"""
     @_builtins.property
     def verdict(self) -> _common_pb2.Verdict: ...
+    @_builtins.property
+    def attribution(self) -> _common_pb2.Attribution:
+        """what the path proves, when it was proven (common.proto)"""
+
     def __init__(
         self,
         *,
         verdict: _common_pb2.Verdict | None = ...,
         registry_sequence: _builtins.int = ...,
+        attribution: _common_pb2.Attribution | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["verdict", b"verdict"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["registry_sequence", b"registry_sequence", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "registry_sequence", b"registry_sequence", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
