@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.offline
-
 CORE = Path(__file__).parents[2] / "countersign"
 CORE_MODULES = sorted(p for p in CORE.glob("*.py"))
 FORBIDDEN_IMPORTS = {
@@ -21,6 +19,7 @@ FORBIDDEN_IMPORTS = {
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize("module", CORE_MODULES, ids=lambda p: p.name)
 def test_core_module_imports_nothing_that_does_io(module: Path) -> None:
     tree = ast.parse(module.read_text())
@@ -36,6 +35,7 @@ def test_core_module_imports_nothing_that_does_io(module: Path) -> None:
             assert node.func.id not in FORBIDDEN_CALLS, f"{module.name} calls {node.func.id}()"
 
 
+@pytest.mark.daemons  # a child interpreter
 def test_core_imports_without_service_dependencies() -> None:
     """Importing the whole core pulls in none of gRPC, the stores or the cloud SDKs."""
     code = (

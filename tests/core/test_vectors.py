@@ -20,12 +20,11 @@ from countersign.registry import Registry
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, malformed_result, verify_path
 
-pytestmark = pytest.mark.offline
-
 VECTORS = FilePath(__file__).parents[1] / "vectors"
 CASES = sorted((VECTORS / "valid").glob("*.json")) + sorted((VECTORS / "invalid").glob("*.json"))
 
 
+@pytest.mark.daemons  # runs the generator in a child process
 def test_generator_output_matches_committed_vectors(tmp_path: FilePath) -> None:
     subprocess.run([sys.executable, str(VECTORS / "generate.py"), "--out", str(tmp_path)], check=True)
     committed = {p.relative_to(VECTORS) for p in VECTORS.rglob("*.json")}
@@ -66,6 +65,7 @@ def _verify(vector: dict[str, Any], presentation: dict[str, Any], state: InMemor
     return {"verdict": result.verdict.value, "reason": result.reason and result.reason.value, "index": result.index}
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_vector_verdict(case: FilePath) -> None:
     vector = json.loads(case.read_text())
@@ -75,6 +75,7 @@ def test_vector_verdict(case: FilePath) -> None:
     assert _verify(vector, vector["presentation"], state) == vector["expected"]
 
 
+@pytest.mark.offline
 def test_every_reason_code_has_a_vector() -> None:
     from countersign.reasons import Reason
 
@@ -83,6 +84,7 @@ def test_every_reason_code_has_a_vector() -> None:
     assert {r.value for r in Reason} - covered == {"REGISTRY_STALE"}
 
 
+@pytest.mark.offline
 def test_encoding_vector_is_rfc8785_and_signatures_verify() -> None:
     encoding = json.loads((VECTORS / "encoding.json").read_text())
     keys = json.loads((VECTORS / "keys.json").read_text())["keys"]
