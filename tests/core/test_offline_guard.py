@@ -119,7 +119,7 @@ def test_pure_work_passes_the_guard(tmp_path: Path) -> None:
     assert GUARD.take() == []
 
 
-INNER_TESTS = '''
+INNER_TESTS = """
 import socket
 
 import pytest
@@ -152,7 +152,7 @@ def test_offline_and_daemons():
 def test_daemons_may_connect():
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", 9)) != 0
-'''
+"""
 
 
 @pytest.mark.daemons  # a child pytest
