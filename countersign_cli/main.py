@@ -37,6 +37,7 @@ EXTRA_OF_PACKAGE = {
     "boto3": "aws",
     "botocore": "aws",
 }
+DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
         if extra is None:
             raise  # not an optional package: a bug, not a missing extra
+        if extra == "grpc" and args.command in DAEMON_COMMANDS:
+            extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
         print(
             f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): "
             f"pip install 'countersign[{extra}]'",

@@ -157,9 +157,16 @@ def test_the_command_line_helps_and_verifies_offline_on_the_core(core_only: Path
     assert json.loads(verified.stdout)["verdict"] == "ACCEPT"
 
 
-def test_a_command_that_needs_the_sdk_names_the_extra(core_only: Path, tmp_path: Path) -> None:
-    done = run(core_only, "-m", "countersign_cli", "pki", "init", "--out", "ca", cwd=tmp_path)
+@pytest.mark.parametrize(
+    ("command", "extra"),
+    [(["pki", "init", "--out", "ca"], "grpc"), (["verifier", "serve"], "server")],
+    ids=["pki", "serve"],
+)
+def test_a_command_that_needs_an_extra_names_it(
+    core_only: Path, tmp_path: Path, command: list[str], extra: str
+) -> None:
+    done = run(core_only, "-m", "countersign_cli", *command, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "countersign pki: needs the 'grpc' extra (no module grpc): pip install 'countersign[grpc]'"
+        f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign[{extra}]'"
     ], done.stderr
