@@ -3,18 +3,30 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PIP_VERSION := 26.3
+# Everything the tests and the demo use: the daemons (server), the exports, both shared stores, and the tools (dev).
+EXTRAS := dev,server,export,postgres,aws
+PIP := $(PY) -m pip --quiet --disable-pip-version-check
+# Set-up prints one line; a step that fails prints its whole log.
+QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo test lint types unit bench conformance proto vectors clean venv zones zones-deps browser-deps
+.PHONY: demo test lint types unit bench conformance proto vectors clean venv constraints zones zones-deps browser-deps
 
 include infra/tools.mk
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,export,postgres,aws]'
+	@echo "setting up $(VENV) (the first run takes a minute)"
+	@test -x $(PY) || $(QUIETLY) $(PYTHON) -m venv $(VENV)
+	@$(QUIETLY) $(PIP) install --upgrade pip==$(PIP_VERSION)
+	@$(QUIETLY) $(PIP) install -c constraints.txt -e '.[$(EXTRAS)]'
 	@touch $@
+
+# Resolve pyproject.toml's ranges afresh in a scratch venv and pin the result in constraints.txt.
+constraints:
+	@echo "resolving constraints.txt in a scratch venv (a few minutes)"
+	@PYTHON=$(PYTHON) PIP_VERSION=$(PIP_VERSION) EXTRAS=$(EXTRAS) sh tools/constraints.sh
 
 demo: $(STAMP)
 	$(VENV)/bin/countersign demo

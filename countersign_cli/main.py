@@ -23,6 +23,22 @@ class UsageError(CountersignError):
 
 Command = Callable[[argparse.Namespace], int]
 
+# The extra that brings each optional package: a command that needs one it lacks says which to install.
+EXTRA_OF_PACKAGE = {
+    "grpc": "grpc",
+    "grpc_status": "grpc",
+    "google": "grpc",
+    "cryptography": "grpc",
+    "grpc_health": "server",
+    "grpc_reflection": "server",
+    "prometheus_client": "server",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "boto3": "aws",
+    "botocore": "aws",
+}
+DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
+
 
 def build_parser() -> argparse.ArgumentParser:
     from countersign_cli import audit, demo, offline, services
@@ -47,6 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except UsageError as exc:
         print(f"countersign {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise  # not an optional package: a bug, not a missing extra
+        if extra == "grpc" and args.command in DAEMON_COMMANDS:
+            extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
+        print(
+            f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): "
+            f"pip install 'countersign[{extra}]'",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -6,16 +6,19 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from countersign._daemon.config import load_config
-from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode, canonicalize
-from countersign.client.tls import TlsConfig, coordinator_dns, signer_dns, verifier_dns
 from countersign.errors import ConfigError, CountersignError, SignerError
 from countersign.keys import PublicKey, Signer
 from countersign_cli.main import EXIT_OK, UsageError
+
+# gRPC, TLS and the daemon plumbing are imported by the commands that use them, so that `countersign
+# --help` and the offline commands run on the core alone (`pip install countersign`, no extras).
+if TYPE_CHECKING:
+    from countersign._daemon.tls import PeerIdentity
+    from countersign.client.tls import TlsConfig
 
 # The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
 # parsers take at most (a path or statement of 1 MiB, spec section 10) with room for the other fields;
@@ -111,6 +114,7 @@ def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, 
 
 def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
     from countersign._daemon.config import require_loopback
+    from countersign.client.tls import TlsConfig
 
     tls = TlsConfig(ca=args.ca, cert=args.cert, key=args.tls_key, insecure_loopback=args.insecure_loopback)
     try:
@@ -125,6 +129,7 @@ def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from countersign._daemon.config import load_config
     from countersign._daemon.server import run_daemon, worker_count
 
     daemon: Any
@@ -168,6 +173,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_pki_init(args: argparse.Namespace) -> int:
+    from countersign._daemon.tls import create_ca
+
     out = Path(args.out)
     if (out / "ca.key").exists():
         raise UsageError(f"{out / 'ca.key'} exists; refusing to overwrite a CA")
@@ -178,6 +185,9 @@ def cmd_pki_init(args: argparse.Namespace) -> int:
 
 def identity_for(role: str, deployer: str | None, name: str) -> tuple[PeerIdentity, list[str]]:
     """The certificate identity and server DNS names for a role."""
+    from countersign._daemon.tls import PeerIdentity
+    from countersign.client.tls import coordinator_dns, signer_dns, verifier_dns
+
     if role in ("signer", "runtime"):
         if not deployer:
             raise UsageError(f"--deployer is required for the {role} role")
@@ -192,6 +202,8 @@ def identity_for(role: str, deployer: str | None, name: str) -> tuple[PeerIdenti
 
 
 def cmd_pki_issue(args: argparse.Namespace) -> int:
+    from countersign._daemon.tls import issue_certificate
+
     identity, dns = identity_for(args.role, args.deployer, args.name)
     try:
         cert, key = issue_certificate(Path(args.ca), Path(args.out), args.name, identity, dns=dns, ips=args.ip)

@@ -11,6 +11,8 @@ import pytest
 import bench.idle
 from bench.idle import BUSY_MS, GAPS_MS, HANDLER_GAPS_MS, ROUNDS, report, run
 
+pytestmark = pytest.mark.offline
+
 
 def test_each_variant_waits_as_its_row_says(monkeypatch: pytest.MonkeyPatch) -> None:
     caller = threading.get_ident()

@@ -15,6 +15,8 @@ import pytest
 import bench.issuance
 from bench.issuance import in_process_issuance
 
+pytestmark = pytest.mark.offline
+
 
 def test_in_process_issuance_runs_real_delegations() -> None:
     stats = in_process_issuance(20)

@@ -12,7 +12,7 @@ import pytest
 
 from countersign.records import Construction
 
-pytestmark = pytest.mark.offline
+pytestmark = pytest.mark.daemons  # runs the command line in child processes
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.offline
-
 CORE = Path(__file__).parents[2] / "countersign"
 NOT_CORE = ("client", "_daemon", "_proto", "integrations")  # the floors above the core inside the package
 CORE_MODULES = sorted(p for p in CORE.rglob("*.py") if p.relative_to(CORE).parts[0] not in NOT_CORE)
@@ -22,6 +20,7 @@ FORBIDDEN_IMPORTS = {
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize("module", CORE_MODULES, ids=lambda p: str(p.relative_to(CORE)))
 def test_core_module_imports_nothing_that_does_io(module: Path) -> None:
     tree = ast.parse(module.read_text())
@@ -37,6 +36,7 @@ def test_core_module_imports_nothing_that_does_io(module: Path) -> None:
             assert node.func.id not in FORBIDDEN_CALLS, f"{module.name} calls {node.func.id}()"
 
 
+@pytest.mark.daemons  # a child interpreter
 def test_core_imports_without_service_dependencies() -> None:
     """Importing the whole core pulls in none of gRPC, the stores or the cloud SDKs."""
     code = (
@@ -122,6 +122,7 @@ def house_modules() -> list[tuple[str, Path]]:
     return found
 
 
+@pytest.mark.offline
 def test_every_import_runs_down_the_house() -> None:
     wrong = {}
     for name, path in house_modules():
@@ -131,6 +132,7 @@ def test_every_import_runs_down_the_house() -> None:
     assert not wrong, f"imports that run the wrong way: {wrong}"
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize(
     ("module", "statement"),
     [
@@ -153,6 +155,7 @@ def test_an_upward_import_is_caught(module: str, statement: str) -> None:
     assert upward_imports(statement, module, module == "countersign.client")
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize(
     ("module", "statement"),
     [

@@ -22,12 +22,11 @@ from countersign.registry import Registry
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, malformed_result, verify_path
 
-pytestmark = pytest.mark.offline
-
 VECTORS = FilePath(__file__).parents[1] / "vectors"
 CASES = [case for kind in ("valid", "invalid", "policy") for case in sorted((VECTORS / kind).glob("*.json"))]
 
 
+@pytest.mark.daemons  # runs the generator in a child process
 def test_generator_output_matches_committed_vectors(tmp_path: FilePath) -> None:
     subprocess.run([sys.executable, str(VECTORS / "generate.py"), "--out", str(tmp_path)], check=True)
     committed = {p.relative_to(VECTORS) for p in VECTORS.rglob("*.json")}
@@ -76,6 +75,7 @@ def _verify(vector: dict[str, Any], presentation: dict[str, Any], state: InMemor
     return found
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_vector_verdict(case: FilePath) -> None:
     vector = json.loads(case.read_text())
@@ -85,12 +85,14 @@ def test_vector_verdict(case: FilePath) -> None:
     assert _verify(vector, vector["presentation"], state) == vector["expected"]
 
 
+@pytest.mark.offline
 def test_every_reason_code_has_a_vector() -> None:
     covered = {json.loads(c.read_text())["expected"]["reason"] for c in CASES}
     # REGISTRY_STALE is decided by the verifier service from its registry's age, not by a path.
     assert {r.value for r in Reason} - covered == {"REGISTRY_STALE"}
 
 
+@pytest.mark.offline
 def test_policy_vectors_name_each_clause_they_violate() -> None:
     policy_cases = [json.loads(c.read_text()) for c in CASES if c.parent.name == "policy"]
     assert {v["expected"]["clause"] for v in policy_cases} >= {
@@ -101,6 +103,7 @@ def test_policy_vectors_name_each_clause_they_violate() -> None:
     assert accepted and all(v["expected"]["emitter"] is not None for v in accepted)
 
 
+@pytest.mark.offline
 def test_encoding_vector_is_rfc8785_and_signatures_verify() -> None:
     encoding = json.loads((VECTORS / "encoding.json").read_text())
     keys = json.loads((VECTORS / "keys.json").read_text())["keys"]

@@ -18,6 +18,8 @@ from countersign_cli.localmesh import LocalMesh
 from tests.docker.compose_local import LocalCompose
 from tests.docker.conftest import DOCKER_DIR, Dockerfile, load_compose
 
+pytestmark = pytest.mark.daemons
+
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 HEALTHCHECK = DOCKER_DIR / "healthcheck.py"
 

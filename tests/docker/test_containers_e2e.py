@@ -19,6 +19,8 @@ import pytest
 from tests.docker.conftest import DOCKER_DIR
 from tests.ports import free_port
 
+pytestmark = pytest.mark.daemons
+
 PORT_VARIABLES = [
     f"MESH_{kind}_{service}"
     for kind in ("PORT", "METRICS_PORT")

@@ -21,8 +21,6 @@ from tests.docker.conftest import (
     resolve_base,
 )
 
-pytestmark = pytest.mark.offline
-
 HADOLINT = REPO_ROOT / ".venv" / "bin" / "hadolint"
 HADOLINT_CONFIG = DOCKER_DIR / "hadolint.yaml"
 
@@ -54,12 +52,14 @@ def hadolint(*args: str) -> subprocess.CompletedProcess[str]:
 # --- hadolint ---------------------------------------------------------------------------------
 
 
+@pytest.mark.daemons  # hadolint in a child process
 @pytest.mark.parametrize("path", dockerfiles(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_hadolint_passes(path: Path) -> None:
     result = hadolint(str(path))
     assert result.returncode == 0, f"hadolint {path.relative_to(REPO_ROOT)}:\n{result.stdout}{result.stderr}"
 
 
+@pytest.mark.daemons  # hadolint in a child process
 def test_hadolint_fails_on_a_bad_dockerfile(tmp_path: Path) -> None:
     """With our settings every finding fails the lint, down to style and info level."""
     bad = tmp_path / "Dockerfile"
@@ -74,6 +74,7 @@ def test_hadolint_fails_on_a_bad_dockerfile(tmp_path: Path) -> None:
     assert result.returncode != 0 and "DL3059" in result.stdout, result.stdout
 
 
+@pytest.mark.daemons  # docker/lint.sh in a child process
 def test_lint_script_runs_hadolint_and_says_what_it_skipped() -> None:
     result = subprocess.run(
         ["sh", str(DOCKER_DIR / "lint.sh")], capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT
@@ -86,6 +87,7 @@ def test_lint_script_runs_hadolint_and_says_what_it_skipped() -> None:
 # --- the Dockerfile -------------------------------------------------------------------------------
 
 
+@pytest.mark.offline
 def test_base_image_is_pinned_by_version_and_digest(dockerfile: Dockerfile) -> None:
     bases = {resolve_base(dockerfile, stage.base) for stage in dockerfile.stages}
     names = {stage.name for stage in dockerfile.stages}
@@ -97,6 +99,7 @@ def test_base_image_is_pinned_by_version_and_digest(dockerfile: Dockerfile) -> N
     assert match.group(1, 2) == ("3", "11"), "the project's interpreter line (requires-python >= 3.11, tested on 3.11)"
 
 
+@pytest.mark.offline
 def test_multi_stage_and_the_default_target_is_the_runtime(dockerfile: Dockerfile) -> None:
     names = [s.name for s in dockerfile.stages]
     assert names[-1] == "runtime", "the last stage (what a plain `docker build` produces) is the runtime"
@@ -109,6 +112,7 @@ def test_multi_stage_and_the_default_target_is_the_runtime(dockerfile: Dockerfil
     assert all("apt-get" not in run for run in runtime_base.all("RUN"))
 
 
+@pytest.mark.offline
 def test_dependencies_come_from_the_project_constraints(dockerfile: Dockerfile) -> None:
     build = dockerfile.stage("build")
     (install,) = build.all("RUN")
@@ -118,6 +122,7 @@ def test_dependencies_come_from_the_project_constraints(dockerfile: Dockerfile) 
     assert "pip uninstall --yes pip setuptools" in install, "no installer left in the runtime venv"
 
 
+@pytest.mark.offline
 def test_runs_as_a_fixed_non_root_user(dockerfile: Dockerfile) -> None:
     for target in ("runtime", "dev-mesh"):
         user = dockerfile.effective(target, "USER")
@@ -128,6 +133,7 @@ def test_runs_as_a_fixed_non_root_user(dockerfile: Dockerfile) -> None:
         assert int(uid) == RUNTIME_UID and int(uid) != 0 and int(gid) != 0, resolved
 
 
+@pytest.mark.offline
 def test_health_check_uses_the_grpc_probe(dockerfile: Dockerfile) -> None:
     healthcheck = dockerfile.effective("runtime", "HEALTHCHECK")
     assert healthcheck is not None
@@ -138,6 +144,7 @@ def test_health_check_uses_the_grpc_probe(dockerfile: Dockerfile) -> None:
     assert dockerfile.effective("runtime", "STOPSIGNAL") == "SIGTERM"
 
 
+@pytest.mark.offline
 def test_nothing_secret_is_baked_in(dockerfile: Dockerfile) -> None:
     secretish = re.compile(r"PASSWORD|SECRET|TOKEN|PRIVATE|_PEM\b|SIGNER_KEY|OPERATOR_PUBLIC_KEY|STORE_URL|LOG_STORE")
     for stage in dockerfile.stages:
@@ -168,6 +175,7 @@ def excluded(path: str, patterns: list[str]) -> bool:
     return result
 
 
+@pytest.mark.offline
 def test_build_context_is_an_allow_list_of_the_sources(dockerfile: Dockerfile) -> None:
     patterns = ignore_patterns()
     assert patterns[0] == "*", "start from nothing, then allow what the image is built from"

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.daemons  # runs proto/generate.py in a child process
+
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "countersign" / "_proto"
 

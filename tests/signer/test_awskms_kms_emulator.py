@@ -15,6 +15,8 @@ from countersign.errors import SignerError
 from signer.backends import load_signer
 from signer.backends.awskms import AwsKmsSigner, ClientSettings, RetryPolicy, new_kms_client
 
+pytestmark = pytest.mark.daemons  # moto in server mode, a process on loopback
+
 
 def emulator_client(url: str) -> Any:
     return new_kms_client(ClientSettings(region="us-east-1", endpoint_url=url, sdk_max_attempts=3))

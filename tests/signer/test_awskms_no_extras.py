@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.offline
+pytestmark = pytest.mark.daemons  # a child interpreter without the extras
 
 PROGRAM = textwrap.dedent(
     """

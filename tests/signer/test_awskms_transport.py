@@ -12,6 +12,8 @@ from countersign.errors import SignerUnavailable
 from signer.backends import load_signer
 from signer.backends.awskms import AwsKmsSigner, ClientSettings, RetryPolicy, new_kms_client
 
+pytestmark = pytest.mark.daemons  # listeners on loopback
+
 
 def count_http_requests(client: Any) -> list[str]:
     sent: list[str] = []

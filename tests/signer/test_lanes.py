@@ -23,6 +23,8 @@ from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.client.errors import ServiceError
 from countersign.client.lanes import Lanes
 
+pytestmark = pytest.mark.daemons  # an in-process gRPC server on loopback
+
 
 class ScriptedParent(signer_pb2_grpc.SignerServicer):
     def __init__(self) -> None:

@@ -7,10 +7,13 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signer.store import SignerStore, Transaction
+
+pytestmark = pytest.mark.offline
 
 PARENTS = ["sha256:p0", "sha256:p1", "sha256:p2"]
 NONCES = [f"n{i}" for i in range(6)]

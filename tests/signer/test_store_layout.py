@@ -6,7 +6,11 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from signer.store import SignerStore
+
+pytestmark = pytest.mark.offline
 
 # How an earlier release created the two tables that hold whole paths.
 WITHOUT_ROWID_TABLES = (

@@ -371,8 +371,8 @@ def _replace_host_port(url: str, address: str) -> str:
 
 
 BACKENDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("sqlite", id="sqlite"),
+    pytest.param("memory", id="memory", marks=pytest.mark.offline),
+    pytest.param("sqlite", id="sqlite", marks=pytest.mark.offline),
     pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
     pytest.param("dynamodb_emulator", id="dynamodb_emulator", marks=pytest.mark.dynamodb_emulator),
 ]

@@ -24,6 +24,8 @@ from tests.stores.conftest import PostgresSchemas
 from tests.stores.store_worker import outcome_of
 from verifier.stores import open_store
 
+pytestmark = pytest.mark.daemons  # worker processes
+
 WORKER = Path(__file__).with_name("store_worker.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RETAIN = 10**13

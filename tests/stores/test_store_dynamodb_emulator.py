@@ -47,6 +47,7 @@ def emulated_table(dynamodb_emulator: str) -> Iterator[str]:
     make_client(parse_url(url)).delete_table(TableName=parse_url(url).table)
 
 
+@pytest.mark.offline
 def test_url_parsing() -> None:
     settings = parse_url("dynamodb://countersign-nonces?region=eu-west-1&connect_timeout=1.5&max_attempts=5")
     assert (settings.table, settings.region, settings.endpoint_url) == ("countersign-nonces", "eu-west-1", None)
@@ -203,6 +204,7 @@ def failing_endpoint() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.daemons  # a fake DynamoDB on loopback
 @pytest.mark.parametrize(
     ("status", "error_type", "code"),
     [
@@ -230,6 +232,7 @@ def test_throttling_and_server_errors_become_state_unavailable(
     assert _Answer.calls["PutItem"] == 2  # botocore retried once (max_attempts=2), then gave up
 
 
+@pytest.mark.daemons  # connects to a closed loopback port
 def test_unreachable_endpoint_is_unavailable() -> None:
     import socket
 

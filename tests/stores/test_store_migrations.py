@@ -18,6 +18,7 @@ from verifier.stores import sqlite as sqlite_store
 NOW = 1_000_000
 
 
+@pytest.mark.offline
 def test_sqlite_version_1_upgrades_and_keeps_consumed_nonces(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
@@ -38,6 +39,7 @@ def test_sqlite_version_1_upgrades_and_keeps_consumed_nonces(tmp_path: Path) -> 
         state.close()
 
 
+@pytest.mark.offline
 def test_sqlite_version_2_counts_the_children_it_already_had(tmp_path: Path) -> None:
     """Version 3 reads a parent's child count from ``child_counts``: the upgrade must count the
     children recorded before it, or a parent would get its whole ``max_children`` again."""

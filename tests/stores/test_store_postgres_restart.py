@@ -23,6 +23,8 @@ from countersign.state import ChildEdge, LeafNonce
 from tests.stores.conftest import PostgresSchemas
 from verifier.stores import open_store
 
+pytestmark = pytest.mark.postgres
+
 RETAIN = 10**13
 LOAD_THREADS = 4
 

@@ -14,12 +14,14 @@ from verifier.stores import STORE_FOR_SCHEME, StoreConfigError, open_store
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.offline
 def test_every_backend_has_a_scheme() -> None:
     assert {"memory", "sqlite", "postgresql", "dynamodb"} <= set(STORE_FOR_SCHEME)
     with pytest.raises(StoreConfigError, match="unknown store URL scheme"):
         open_store("redis://localhost")
 
 
+@pytest.mark.daemons  # a child interpreter without the extras
 def test_package_imports_and_serves_without_the_optional_extras(tmp_path: Path) -> None:
     """With psycopg and boto3 unimportable, memory and SQLite still work and the shared backends say
     which extra they need (a configuration error, not a crash at import time)."""

@@ -16,6 +16,8 @@ import pytest
 from countersign.verify import SignatureCheck
 from verifier.signature_threads import ThreadedSignatures
 
+pytestmark = pytest.mark.offline
+
 
 class _Check:
     """A signature check that records its thread, can fail, and can wait for a release."""

@@ -50,6 +50,7 @@ HANDLERS = HandlerCosts(issuance_ms=1.5, accept_local_ms=2.5, accept_route_ms=3.
 HANDLERS_HOT = HandlerCosts(issuance_ms=0.75, accept_local_ms=2.25, accept_route_ms=3.25)
 
 
+@pytest.mark.offline
 def test_the_issuance_floor_counts_the_signatures_one_issuance_makes(monkeypatch: pytest.MonkeyPatch) -> None:
     """One more (grant, co-signed delegation) through the real handlers makes exactly the signatures
     and checks the floor charges for."""
@@ -75,6 +76,7 @@ def test_the_issuance_floor_counts_the_signatures_one_issuance_makes(monkeypatch
     assert counts[1]["verify"] - counts[0]["verify"] == ISSUANCE_CHECKS
 
 
+@pytest.mark.offline
 def test_the_verification_floor_counts_the_signatures_of_the_measured_path() -> None:
     """``zones measure`` verifies depth-5 SIGNED-DAG paths from ``signed_paths``; verifying one checks
     exactly ``PATH_SIGNATURES`` signatures."""
@@ -89,6 +91,7 @@ def test_the_verification_floor_counts_the_signatures_of_the_measured_path() -> 
     assert len(recorder.checks) == PATH_SIGNATURES
 
 
+@pytest.mark.offline
 def test_floors_add_the_costs_each_call_cannot_avoid() -> None:
     crypto = ISSUANCE_SIGNS * COSTS.sign_ms + ISSUANCE_CHECKS * COSTS.verify_ms
     assert math.isclose(COSTS.issuance_floor(), 0.4 + 1.4 + crypto + 0.3)
@@ -100,6 +103,7 @@ def test_floors_add_the_costs_each_call_cannot_avoid() -> None:
     assert math.isclose(floor(client_remote=True, database_remote=True), 1.4 + signatures + 1.2 + 0.3)
 
 
+@pytest.mark.offline
 def test_a_verifier_that_splits_its_checks_is_held_to_its_longest_lane(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the checks split over lanes, the floor counts the longest lane's share (7 of 13 on two
     lanes), and the lanes are what the daemon would use: no more than the threads, the CPUs or half
@@ -115,6 +119,7 @@ def test_a_verifier_that_splits_its_checks_is_held_to_its_longest_lane(monkeypat
         assert signature_lanes(threads) == lanes, (cpus, threads)
 
 
+@pytest.mark.offline
 def test_design_floors_add_the_handlers_to_one_round_trip_per_hop() -> None:
     assert math.isclose(HANDLERS.issuance_floor(COSTS), 0.4 + 1.4 + 1.5)
     floor = HANDLERS.verification_floor
@@ -124,6 +129,7 @@ def test_design_floors_add_the_handlers_to_one_round_trip_per_hop() -> None:
     assert math.isclose(floor(COSTS, client_remote=True, database_remote=True), 1.4 + 3.5)
 
 
+@pytest.mark.offline
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path, threads: int) -> None:
     """``accept_ms`` verifies and consumes a fresh valid path per call, in the store the named zone's
@@ -147,6 +153,7 @@ def test_the_verifier_handler_floor_times_real_accepts(tmp_path: Path, threads: 
             state.close()
 
 
+@pytest.mark.offline
 def test_the_verifier_handler_floor_refuses_to_time_rejections(tmp_path: Path) -> None:
     """A rejected path is not a verification to time: paths signed by keys the registry does not hold
     stop the measurement instead of timing an early rejection."""
@@ -160,6 +167,7 @@ def test_the_verifier_handler_floor_refuses_to_time_rejections(tmp_path: Path) -
             accept_ms(zoned, "a", keys, 3)  # type: ignore[arg-type]
 
 
+@pytest.mark.offline
 def test_the_report_puts_each_figure_beside_its_floor() -> None:
     result = ProfileResult("durable", raw=COSTS, handlers=HANDLERS, handlers_hot=HANDLERS_HOT)
     result.issuance = Series([4.0, 4.0])
@@ -193,6 +201,7 @@ def test_the_report_puts_each_figure_beside_its_floor() -> None:
     assert all(row.endswith("| — | — |") for row in bare.splitlines() if row.startswith("| co-signed"))
 
 
+@pytest.mark.offline
 def test_woken_medians_time_the_call_and_not_the_idle_before_it() -> None:
     calls: list[float] = []
     started = time.perf_counter()
@@ -203,6 +212,7 @@ def test_woken_medians_time_the_call_and_not_the_idle_before_it() -> None:
     assert 0 <= median < 1.0, median  # ms: the call alone, not the 20 ms before it
 
 
+@pytest.mark.offline
 def test_the_verdict_says_when_the_floor_itself_misses_the_target() -> None:
     assert verdict(3.0, 3.651, 2.0) == "below"
     assert verdict(4.0, 3.651, 2.0) == "ABOVE"

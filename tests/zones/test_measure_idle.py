@@ -11,6 +11,8 @@ import pytest
 
 from tools.zones.measure import cpuidle_driver, idle_policy
 
+pytestmark = pytest.mark.offline
+
 DEVICE = "/dev/cpu_dma_latency"
 
 
