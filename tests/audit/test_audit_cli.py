@@ -12,7 +12,7 @@ import pytest
 from countersign.records import Construction, Path
 from tests.audit.material import CREATED_MS, OUTPUT, cli, mesh, registry_log, sample_path, write_evidence, write_log
 
-pytestmark = pytest.mark.offline
+pytestmark = pytest.mark.daemons  # runs the command line as a child process
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from tests.audit.material import (
     write_log,
 )
 
-pytestmark = pytest.mark.offline
+pytestmark = pytest.mark.daemons  # runs the command line as a child process
 
 
 class Page(HTMLParser):
