@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
@@ -88,13 +89,18 @@ def entry(
     )
 
 
+def opened(harness: StoreHarness) -> VerifierStore:
+    """A handle on the harness's store (every backend there keeps the verdict log too)."""
+    return cast(VerifierStore, harness.open())
+
+
 def uses_key(records: Sequence[RecordUse], key_id: str) -> bool:
     return any(sig[2] == key_id for r in records for sig in r.signatures())
 
 
 @pytest.mark.slow
 def test_revoking_a_key_mid_workload_marks_exactly_the_verdicts_that_used_it(harness: StoreHarness) -> None:
-    store = harness.open()
+    store = opened(harness)
     rng = random.Random(20)
     forest = Forest(rng)
     forest.grow(roots=30, size=240)
@@ -104,12 +110,12 @@ def test_revoking_a_key_mid_workload_marks_exactly_the_verdicts_that_used_it(har
     since = T0 + 10 * 250
     for n in range(1_000):
         records = forest.path_to(rng.choice(list(forest.records)))
-        entry_kwargs: dict[str, str] = {"mode": rng.choice(("accept", "audit"))}
+        verdict, reason = "ACCEPT", ""
         if n >= 500 and uses_key(records, revoked):
-            entry_kwargs |= {"verdict": "REJECT", "reason": "KEY_REVOKED"}
+            verdict, reason = "REJECT", "KEY_REVOKED"  # the verifier has the revocation by now
         elif rng.random() < 0.1:
-            entry_kwargs |= {"verdict": "REJECT", "reason": "OUTPUT_MISMATCH"}
-        logged = entry(n, records, **entry_kwargs)
+            verdict, reason = "REJECT", "OUTPUT_MISMATCH"
+        logged = entry(n, records, verdict=verdict, reason=reason, mode=rng.choice(("accept", "audit")))
         store.record_verdict(logged)
         if logged.accepted and uses_key(records, revoked):
             accepted_with_key.add(logged.verdict_id)
@@ -138,7 +144,7 @@ def test_revoking_a_key_mid_workload_marks_exactly_the_verdicts_that_used_it(har
     entries = [v.entry for v in report.verdicts]
     assert store.mark_needs_revalidation(entries, "revoke_key deployer-b", T0 + 20_000) == len(accepted_with_key)
     assert store.mark_needs_revalidation(entries, "revoke_key deployer-b", T0 + 20_001) == 0
-    again = collect_impact(harness.open(), ImpactQuery(DependencyKind.KEY, revoked))
+    again = collect_impact(opened(harness), ImpactQuery(DependencyKind.KEY, revoked))
     assert again.verdict_ids == accepted_with_key
     assert all(
         v.entry.needs_revalidation and v.entry.revalidation_cause == "revoke_key deployer-b" for v in again.verdicts
@@ -147,7 +153,7 @@ def test_revoking_a_key_mid_workload_marks_exactly_the_verdicts_that_used_it(har
 
 
 def test_lookups_by_record_and_deployer_and_what_an_entry_keeps(harness: StoreHarness) -> None:
-    store = harness.open()
+    store = opened(harness)
     root = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0 - 5)
     child = RecordUse(
         digest(2),
@@ -190,7 +196,7 @@ def test_lookups_by_record_and_deployer_and_what_an_entry_keeps(harness: StoreHa
 
 
 def test_a_retired_key_reaches_only_what_it_signed_after_retirement(harness: StoreHarness) -> None:
-    store = harness.open()
+    store = opened(harness)
     key = key_of("deployer-a", 0)
     before = RecordUse(digest(1), "deployer-a", key, T0 - 10)
     after = RecordUse(digest(2), "deployer-a", key, T0 + 10)
@@ -203,7 +209,7 @@ def test_a_retired_key_reaches_only_what_it_signed_after_retirement(harness: Sto
 def test_no_chain_descendants_are_followed_into_other_paths(harness: StoreHarness) -> None:
     """Under NO-CHAIN a record does not name its parent, so one record can sit under two parents;
     the walk follows it from the path through the revoked key into the other path."""
-    store = harness.open()
+    store = opened(harness)
     bad = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0)
     good = RecordUse(digest(2), "deployer-c", key_of("deployer-c", 0), T0)
     shared = RecordUse(digest(3), "deployer-b", key_of("deployer-b", 0), T0)
@@ -217,7 +223,7 @@ def test_no_chain_descendants_are_followed_into_other_paths(harness: StoreHarnes
 
 
 def test_retention_collects_old_verdicts_and_the_row_bound_trims_the_oldest(harness: StoreHarness) -> None:
-    store = harness.open()
+    store = opened(harness)
     record = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0)
     for n in range(10):
         store.record_verdict(entry(n, (record,), retain=T0 + 1_000))
@@ -247,7 +253,7 @@ def test_retention_collects_old_verdicts_and_the_row_bound_trims_the_oldest(harn
 
 
 def test_an_outage_refuses_to_record_and_says_so(outage_harness: StoreHarness) -> None:
-    store: VerifierStore = outage_harness.open_for_outage()  # type: ignore[assignment]
+    store = cast(VerifierStore, outage_harness.open_for_outage())
     record = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0)
     outage = outage_harness.outage()
     assert outage is not None
