@@ -17,10 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from countersign.canonical import JsonValue
-from countersign.records import Construction, Path
+from countersign.errors import MalformedError
+from countersign.records import DEPLOYER_ID_PATTERN, DIGEST_PATTERN, KEY_ID_PATTERN, Construction, Path
 from countersign.registry import Registry
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
+    MAX_VERDICT_TIME_MS,
     CoSigner,
     DependencyKind,
     RecordUse,
@@ -70,6 +72,23 @@ class ImpactQuery:
         if self.created_from_ms is not None:
             body["created_from_ms"] = self.created_from_ms
         return body
+
+
+_QUERY_PATTERNS = {
+    DependencyKind.KEY: (KEY_ID_PATTERN, "a key id (ed25519: and 32 hex digits)"),
+    DependencyKind.RECORD: (DIGEST_PATTERN, "a record digest (sha256: and 64 hex digits)"),
+    DependencyKind.DEPLOYER: (DEPLOYER_ID_PATTERN, "a deployer id"),
+}
+
+
+def impact_query(kind: DependencyKind, value: str, since_ms: int = 0) -> ImpactQuery:
+    """A query from untrusted input (a command line, an RPC). Raises MalformedError saying what is wrong."""
+    pattern, what = _QUERY_PATTERNS[kind]
+    if pattern.fullmatch(value) is None:
+        raise MalformedError(f"{value!r} is not {what}")
+    if not 0 <= since_ms <= MAX_VERDICT_TIME_MS:
+        raise MalformedError(f"since must be between 0 and {MAX_VERDICT_TIME_MS} ms since the epoch")
+    return ImpactQuery(kind, value, since_ms)
 
 
 @dataclass(frozen=True, slots=True)

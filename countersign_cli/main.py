@@ -25,7 +25,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from countersign_cli import demo, offline, services
+    from countersign_cli import demo, impact, offline, services
 
     parser = argparse.ArgumentParser(
         prog="countersign",
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline.register(commands)
     demo.register(commands)
     services.register(commands)
+    impact.register(commands)
     return parser
 
 
