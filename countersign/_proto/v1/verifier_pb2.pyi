@@ -51,7 +51,7 @@ class VerifyPathRequest(_message.Message):
         ACCEPT: VerifyPathRequest._Mode.ValueType  # 1
         """consume the leaf nonce"""
         AUDIT: VerifyPathRequest._Mode.ValueType  # 2
-        """check without consuming or recording"""
+        """check without consuming or recording state (the verdict is logged)"""
 
     class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
     MODE_UNSPECIFIED: VerifyPathRequest.Mode.ValueType  # 0
@@ -59,7 +59,7 @@ class VerifyPathRequest(_message.Message):
     ACCEPT: VerifyPathRequest.Mode.ValueType  # 1
     """consume the leaf nonce"""
     AUDIT: VerifyPathRequest.Mode.ValueType  # 2
-    """check without consuming or recording"""
+    """check without consuming or recording state (the verdict is logged)"""
 
     PATH_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
