@@ -5,14 +5,19 @@ accepted path cannot be accepted again) and which children each parent already h
 signed ``max_children`` holds across paths). Durable backends (SQLite, PostgreSQL, DynamoDB) live with
 the verifier service; they implement the same :class:`VerifierState` and pass the same conformance
 suite.
+
+The same stores keep the verifier's **verdict log** (:class:`VerdictLog`): one entry per verdict the
+verifier answered, naming every record and signing key it relied on, so that "which accepted outputs
+relied on the key we just revoked?" is an indexed query (``countersign.impact`` walks it).
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Final, Protocol
 
 from countersign.reasons import Reason
 
@@ -76,7 +81,8 @@ class VerifierState(Protocol):
         ...
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
-        """Forget at most ``limit`` entries whose retention ended before ``now_ms``; return how many."""
+        """Forget at most ``limit`` entries whose retention ended before ``now_ms``; return how many.
+        A store that also keeps the verdict log forgets its expired verdicts here too."""
         ...
 
     def entry_count(self) -> int:
@@ -86,6 +92,125 @@ class VerifierState(Protocol):
     def close(self) -> None: ...
 
 
+# --- the verdict log -------------------------------------------------------------------------
+
+MAX_VERDICT_TIME_MS: Final = 10**13 - 1
+"""Verdict times must fit 13 decimal digits (until the year 2286): stores sort them as text."""
+
+MAX_LOOKUP_VERDICTS: Final = 100_000
+"""The most verdicts one log lookup returns (an impact walk says when it was cut short)."""
+
+
+class DependencyKind(enum.StrEnum):
+    """What a verdict can be looked up by in the log."""
+
+    KEY = "key"
+    """A key id that signed or co-signed one of its records."""
+    RECORD = "record"
+    """The digest (``sha256:`` of the canonical envelope) of one of its records."""
+    DEPLOYER = "deployer"
+    """A deployer that issued or co-signed one of its records."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoSigner:
+    """A co-signature a record carries: the edge's ``parent`` or ``child`` deployer and its key."""
+
+    role: str
+    deployer: str
+    key_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUse:
+    """One record of a verified path, as the verdict log keeps it: what the verdict relied on."""
+
+    digest: str
+    deployer: str
+    key_id: str
+    created_ms: int
+    cosigners: tuple[CoSigner, ...] = ()
+
+    def signatures(self) -> tuple[tuple[str, str, str], ...]:
+        """(role, deployer, key id) of every signature on the record: its issuer's, then co-signers'."""
+        return (("signer", self.deployer, self.key_id), *((c.role, c.deployer, c.key_id) for c in self.cosigners))
+
+    def depends_on(self, kind: DependencyKind, value: str) -> bool:
+        if kind is DependencyKind.RECORD:
+            return self.digest == value
+        column = 2 if kind is DependencyKind.KEY else 1
+        return any(signature[column] == value for signature in self.signatures())
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictEntry:
+    """One verdict the verifier answered, as its log keeps it.
+
+    ``records`` runs root to leaf (empty when the path did not parse); ``client`` is the caller's
+    certificate identity and ``request_id`` its idempotency key as sent ("" for none). The last two
+    fields belong to the log: a verdict is recorded unmarked, and only
+    :meth:`VerdictLog.mark_needs_revalidation` sets them.
+    """
+
+    verdict_id: str
+    time_ms: int
+    mode: str
+    client: str
+    request_id: str
+    registry_sequence: int
+    verdict: str
+    reason: str
+    construction: str
+    records: tuple[RecordUse, ...]
+    retain_until_ms: int
+    needs_revalidation: bool = False
+    revalidation_cause: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "ACCEPT"
+
+    def depends_on(self, kind: DependencyKind, value: str) -> bool:
+        return any(record.depends_on(kind, value) for record in self.records)
+
+
+class VerdictLog(Protocol):
+    """The verifier's durable, bounded log of its verdicts. Every method raises
+    :class:`countersign.errors.StateUnavailable` when the store cannot be reached.
+
+    Lookups return accepted verdicts only: a rejected path relied on nothing, and no revocation can
+    make it acceptable. Entries are returned oldest first (by time, then id), at most ``limit``.
+    """
+
+    def record_verdict(self, entry: VerdictEntry) -> None:
+        """Durably record ``entry`` (with its records and signatures), all of it or nothing."""
+        ...
+
+    def accepts_relying_on(
+        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+    ) -> list[VerdictEntry]:
+        """Accepted verdicts at or after ``since_ms`` with a record that depends on any of ``values``."""
+        ...
+
+    def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
+        """Flag these logged verdicts (as a lookup returned them; nothing is deleted) with ``cause``;
+        return how many were not flagged before, so replicas sharing a store count each verdict once."""
+        ...
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+        """Forget the oldest verdicts beyond ``max_rows`` (at most ``limit`` of them); return how many.
+        Verdicts past their ``retain_until_ms`` go with :meth:`VerifierState.collect_expired`."""
+        ...
+
+    def verdict_count(self) -> int:
+        """Verdicts held in the log."""
+        ...
+
+
+class VerifierStore(VerifierState, VerdictLog, Protocol):
+    """What a verifier's store gives it: the state verification needs, and the verdict log."""
+
+
 class InMemoryState:
     """Process-local state for tests, the conformance harness and one-shot command-line checks."""
 
@@ -93,6 +218,7 @@ class InMemoryState:
         self._lock = threading.Lock()
         self._nonces: dict[str, tuple[int, str]] = {}
         self._children: dict[str, dict[str, int]] = {}
+        self._verdicts: dict[str, VerdictEntry] = {}
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
@@ -129,6 +255,10 @@ class InMemoryState:
                     removed += 1
                 if not children:
                     del self._children[parent]
+            expired_verdicts = [v for v, e in self._verdicts.items() if e.retain_until_ms < now_ms]
+            for verdict_id in expired_verdicts[: max(0, limit - removed)]:
+                del self._verdicts[verdict_id]
+                removed += 1
             return removed
 
     def close(self) -> None:
@@ -137,3 +267,43 @@ class InMemoryState:
     def entry_count(self) -> int:
         with self._lock:
             return len(self._nonces) + sum(len(c) for c in self._children.values())
+
+    def record_verdict(self, entry: VerdictEntry) -> None:
+        with self._lock:
+            self._verdicts[entry.verdict_id] = replace(entry, needs_revalidation=False, revalidation_cause="")
+
+    def accepts_relying_on(
+        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+    ) -> list[VerdictEntry]:
+        wanted = set(values)
+        with self._lock:
+            found = [
+                entry
+                for entry in self._verdicts.values()
+                if entry.accepted
+                and entry.time_ms >= since_ms
+                and any(entry.depends_on(kind, value) for value in wanted)
+            ]
+        return sorted(found, key=lambda e: (e.time_ms, e.verdict_id))[:limit]
+
+    def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
+        marked = 0
+        with self._lock:
+            for verdict_id in dict.fromkeys(v.verdict_id for v in verdicts):
+                entry = self._verdicts.get(verdict_id)
+                if entry is not None and not entry.needs_revalidation:
+                    self._verdicts[verdict_id] = replace(entry, needs_revalidation=True, revalidation_cause=cause)
+                    marked += 1
+        return marked
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+        with self._lock:
+            excess = min(max(0, len(self._verdicts) - max_rows), limit)
+            oldest = sorted(self._verdicts.values(), key=lambda e: (e.time_ms, e.verdict_id))[:excess]
+            for entry in oldest:
+                del self._verdicts[entry.verdict_id]
+            return len(oldest)
+
+    def verdict_count(self) -> int:
+        with self._lock:
+            return len(self._verdicts)

@@ -41,7 +41,7 @@ DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from countersign_cli import audit, demo, offline, services
+    from countersign_cli import audit, demo, impact, offline, services
 
     parser = argparse.ArgumentParser(
         prog="countersign",
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(commands)
     services.register(commands)
     audit.register(commands)
+    impact.register(commands)
     return parser
 
 

@@ -29,7 +29,7 @@ from countersign.errors import ConfigError, CountersignError, MalformedError, St
 from countersign.policy import MAX_POLICY_BYTES, POLICY_NAME_PATTERN, ConsumerPolicy, PolicyError, parse_policy
 from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
-from countersign.state import VerifierState
+from countersign.state import VerifierStore
 from countersign.verify import (
     DEFAULT_POLICY,
     MAX_CLOCK_SKEW_MS,
@@ -42,11 +42,13 @@ from countersign.verify import (
 )
 from verifier.signature_threads import ThreadedSignatures
 from verifier.stores import StoreConfigError, open_store
+from verifier.verdict_log import Revalidator, VerdictLogMetrics, VerdictRecorder, answer_impact
 
 log = logging.getLogger("countersign.verifier")
 MAX_SIGNATURE_THREADS = 16
 MAX_OUTPUT_BYTES = 16 << 20
 MAX_REQUEST_ID = 128
+MAX_VERDICT_RETENTION_MS = 10 * 366 * 86_400_000
 
 
 def signature_batch(threads: int) -> SignatureBatch:
@@ -82,6 +84,11 @@ class VerifierConfig:
     # Named consumer policies a request may choose (VerifyPathRequest.policy): name -> a policy
     # file's path, or the policy document itself as inline JSON (a value starting with "{").
     policies: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The verdict log (ADR 0015): every verdict answered, kept verdict_retention_ms and at most
+    # verdict_log_max_rows verdicts (the oldest go first), collected with the expired nonces.
+    verdict_log: bool = True
+    verdict_retention_ms: int = 30 * 86_400_000
+    verdict_log_max_rows: int = 1_000_000
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
@@ -98,6 +105,10 @@ class VerifierConfig:
         if not 1 <= self.signature_threads <= MAX_SIGNATURE_THREADS:
             raise ConfigError(f"signature_threads must be between 1 and {MAX_SIGNATURE_THREADS}")
         load_policies(self.policies)
+        if not 1 <= self.verdict_retention_ms <= MAX_VERDICT_RETENTION_MS:
+            raise ConfigError(f"verdict_retention_ms must be between 1 and {MAX_VERDICT_RETENTION_MS}")
+        if self.verdict_log_max_rows < 1:
+            raise ConfigError("verdict_log_max_rows must be positive")
 
     @property
     def policy(self) -> VerifierPolicy:
@@ -199,17 +210,25 @@ def response_message(result: VerificationResult, registry_sequence: int) -> veri
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
         self,
-        state: VerifierState,
+        state: VerifierStore,
         follower: RegistryFollower,
         policy: VerifierPolicy,
         metrics: VerifierMetrics,
         lanes_per_client: int = 4,
         max_lanes: int = 64,
         signatures: SignatureBatch = SERIAL,
+        verdicts: VerdictRecorder | None = None,
+        verdict_log_metrics: VerdictLogMetrics | None = None,
+        require_identity: bool = True,
         consumer_policies: Mapping[str, ConsumerPolicy] | None = None,
     ) -> None:
         self._consumer_policies = dict(consumer_policies or {})
         self._state = state
+        self._verdicts = verdicts
+        self._verdict_log_metrics = verdict_log_metrics or VerdictLogMetrics(
+            prometheus_client.CollectorRegistry(), state
+        )
+        self._require_identity = require_identity
         self._follower = follower
         self._policy = policy
         self._metrics = metrics
@@ -231,6 +250,12 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         peer = str(context.peer())
         yield from self._lane_slots.serve("verify", peer, requests, context, lambda r: self._verify(r, context))
 
+    @servicer_edge
+    def Impact(self, request: verifier_pb2.ImpactRequest, context: grpc.ServicerContext) -> verifier_pb2.ImpactResponse:
+        return answer_impact(
+            request, context, self._state, self._verdict_log_metrics, require_identity=self._require_identity
+        )
+
     def stopping(self) -> None:
         self._lane_slots.stop()
 
@@ -245,6 +270,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         consumer_policy = self._consumer_policy(request.policy)
         if len(request.output) > MAX_OUTPUT_BYTES:
             raise ServiceError("INVALID_ARGUMENT", "output exceeds 16 MiB", grpc.StatusCode.INVALID_ARGUMENT)
+        path: Path | None = None
         registry, fresh = self._follower.view()
         if not fresh:
             result = VerificationResult.reject(
@@ -267,6 +293,8 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                 except StateUnavailable:
                     self._metrics.errors.labels("STATE_UNAVAILABLE").inc()
                     raise
+        if self._verdicts is not None:  # answered only once logged (ADR 0015)
+            self._verdicts.record(path, result, mode.value, registry, context, request.request_id)
         self._metrics.verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
         self._metrics.latency.labels(mode.value).observe(time.perf_counter() - started)
         return response_message(result, registry.sequence)
@@ -303,6 +331,8 @@ class VerifierDaemon:
             self.state = open_store(config.store_url)
         except StoreConfigError as exc:
             raise ConfigError(str(exc)) from None
+        self.verdict_log_metrics = VerdictLogMetrics(self.metrics_registry, self.state)
+        self.revalidator = Revalidator(self.state, self.verdict_log_metrics, lambda: self.follower.view()[0])
         self.follower = RegistryFollower(
             operator_key=parse_operator_key(config.operator_public_key),
             coordinator=config.coordinator,
@@ -310,14 +340,20 @@ class VerifierDaemon:
             cache_path=config.registry_cache,
             staleness_ms=config.staleness_ms,
             heartbeat_ms=config.heartbeat_ms,
+            on_change=self.revalidator.registry_changed,
         )
         self.metrics = VerifierMetrics(self.metrics_registry, self.follower)
         # Counted when Prometheus scrapes, not on every collection round (a full scan on DynamoDB).
         self.metrics.store_entries.set_function(self._entry_count)
         self.signatures = signature_batch(config.signature_threads)
+        self.verdicts = VerdictRecorder(
+            self.state, self.verdict_log_metrics, self.metrics.errors, lambda: self.follower.view()[0],
+            enabled=config.verdict_log, retention_ms=config.verdict_retention_ms,
+        )  # fmt: skip
         self.service = VerifierService(
             self.state, self.follower, config.policy, self.metrics, config.lanes_per_client, config.max_lanes,
-            self.signatures, load_policies(config.policies),
+            self.signatures, self.verdicts, self.verdict_log_metrics, not config.tls.insecure_loopback,
+            load_policies(config.policies),
         )  # fmt: skip
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
@@ -331,14 +367,19 @@ class VerifierDaemon:
 
     def start(self) -> None:
         self.follower.start()
+        self.revalidator.start()
         self._collector = threading.Thread(target=self._collect, name="store-collector", daemon=True)
         self._collector.start()
 
     def _collect(self) -> None:
-        """Forget expired nonces and child-set entries in bounded batches, so the store stays bounded."""
+        """Forget expired nonces, child-set entries and verdicts, and verdicts beyond the row bound, in
+        bounded batches, so the store stays bounded."""
+        max_rows = self.config.verdict_log_max_rows
         while not self._stop.wait(self.config.collect_interval_ms / 1000):
             try:
                 while self.state.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
+                    pass
+                while self.state.trim_verdict_log(max_rows, limit=10_000) == 10_000 and not self._stop.is_set():
                     pass
             except Exception as exc:  # the collector must survive a store outage; the next round retries
                 log.warning("collecting expired entries failed", extra={"error": str(exc)})
@@ -352,5 +393,6 @@ class VerifierDaemon:
     def close(self) -> None:
         self._stop.set()
         self.follower.close()
+        self.revalidator.close()
         self.signatures.close()
         self.state.close()

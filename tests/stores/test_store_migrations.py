@@ -34,7 +34,7 @@ def test_sqlite_version_1_upgrades_and_keeps_consumed_nonces(tmp_path: Path) -> 
         assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
         assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
         (version,) = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()
-        assert version == sqlite_store.SCHEMA_VERSION == 3
+        assert version == sqlite_store.SCHEMA_VERSION == 4
     finally:
         state.close()
 
@@ -99,7 +99,7 @@ def test_postgres_version_1_upgrades_and_keeps_consumed_nonces(pg_schemas: Postg
         )
     state = pg_store.PostgresState(pg_schemas.url(schema))
     try:
-        assert state.schema_version() == pg_store.SCHEMA_VERSION == 2
+        assert state.schema_version() == pg_store.SCHEMA_VERSION == 3
         replay = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW)
         assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
         assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None

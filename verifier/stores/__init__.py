@@ -13,14 +13,14 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from countersign.errors import CountersignError
-from countersign.state import InMemoryState, VerifierState
+from countersign.state import InMemoryState, VerifierStore
 
 
 class StoreConfigError(CountersignError, ValueError):
     """A store URL that names no usable backend."""
 
 
-def _sqlite(url: str) -> VerifierState:
+def _sqlite(url: str) -> VerifierStore:
     from verifier.stores.sqlite import SqliteState
 
     parts = urlsplit(url)
@@ -29,11 +29,11 @@ def _sqlite(url: str) -> VerifierState:
     return SqliteState(parts.path)
 
 
-def _memory(url: str) -> VerifierState:
+def _memory(url: str) -> VerifierStore:
     return InMemoryState()
 
 
-def _postgresql(url: str) -> VerifierState:
+def _postgresql(url: str) -> VerifierStore:
     try:
         from verifier.stores.postgres import PostgresState
     except ImportError as exc:
@@ -41,7 +41,7 @@ def _postgresql(url: str) -> VerifierState:
     return PostgresState(url)
 
 
-def _dynamodb(url: str) -> VerifierState:
+def _dynamodb(url: str) -> VerifierStore:
     try:
         from verifier.stores.dynamodb import DynamoDbState
     except ImportError as exc:
@@ -49,7 +49,7 @@ def _dynamodb(url: str) -> VerifierState:
     return DynamoDbState(url)
 
 
-STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierState]] = {
+STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierStore]] = {
     "sqlite": _sqlite,
     "memory": _memory,
     "postgresql": _postgresql,
@@ -58,7 +58,7 @@ STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierState]] = {
 }
 
 
-def open_store(url: str) -> VerifierState:
+def open_store(url: str) -> VerifierStore:
     """Open the verifier state a URL names. Raises StoreConfigError for an unknown or malformed URL,
     and :class:`countersign.errors.StateUnavailable` when the store cannot be reached."""
     scheme = urlsplit(url).scheme

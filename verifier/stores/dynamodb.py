@@ -21,6 +21,28 @@ pk                            sk          attributes
 ``parent#<parent digest>``    ``child#<child nonce>``  ``retain_until_ms``, ``expires_at``
 ============================  ==========  =================================================
 
+The verdict log adds item kinds to the same table (no secondary index, so nothing for Terraform to
+change, and a previous release sharing the table ignores them). ``<s>`` is the verdict's shard,
+0 to ``VERDICT_SHARDS - 1`` from a hash of its id, so no single partition takes every verdict;
+``<t>`` its time in ms, 13 digits:
+
+================================  ======================  ===========================================
+pk                                sk                      attributes
+================================  ======================  ===========================================
+``verdict#<s>``                   ``<t>#<verdict id>``    the entry (``records`` as JSON),
+                                                          ``needs_revalidation``, retention, TTL
+``verdict#<s>``                   ``verdict-count``       ``n``: verdicts in the shard (row bound)
+``uses#key#<key id>#<s>``         ``<t>#<verdict id>``    ``retain_until_ms``, ``expires_at``
+``uses#record#<digest>#<s>``      ``<t>#<verdict id>``    (same)
+``uses#deployer#<deployer>#<s>``  ``<t>#<verdict id>``    (same)
+================================  ======================  ===========================================
+
+A ``uses#`` item is the index entry of an accepted verdict under one key, record or deployer: a
+Query on its partition with ``sk >= <since>`` lists the verdicts that relied on it since then, and
+the verdict's own key follows from the shard and the sort key. An accepted verdict's index entries
+are written first (BatchWriteItem) and the verdict item last (PutItem), so a verdict is never held
+without its index; a rejected one is a single PutItem with no index.
+
 Atomicity: a consume is a PutItem conditioned on ``attribute_not_exists(pk)``, alone when the path
 has no edge, inside the same TransactWriteItems as the new children otherwise; DynamoDB applies a
 conditional write to one item serially, so exactly one consumer succeeds. A new child is a Put of its
@@ -31,6 +53,8 @@ already present is a known child (it passes without touching the counter).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,7 +69,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, LeafNonce, StateRejection
+from countersign.state import (
+    MAX_LOOKUP_VERDICTS,
+    ChildEdge,
+    CoSigner,
+    DependencyKind,
+    LeafNonce,
+    RecordUse,
+    StateRejection,
+    VerdictEntry,
+)
 
 NONCE_SK = "nonce"
 COUNT_SK = "count"
@@ -54,6 +87,12 @@ NONCE_PK_PREFIX = "nonce#"
 PARENT_PK_PREFIX = "parent#"
 TTL_ATTRIBUTE = "expires_at"
 TRANSACT_LIMIT = 100  # items per TransactWriteItems / TransactGetItems
+BATCH_WRITE_LIMIT = 25  # requests per BatchWriteItem
+BATCH_GET_LIMIT = 100  # keys per BatchGetItem
+VERDICT_PK_PREFIX = "verdict#"
+VERDICT_COUNT_SK = "verdict-count"
+USES_PK_PREFIX = "uses#"
+VERDICT_SHARDS = 8
 _ATTEMPTS = 8  # optimistic rounds of an admit under contention before giving up (StateUnavailable)
 _OWN_PARAMS = frozenset({"region", "endpoint_url", "connect_timeout", "read_timeout", "max_attempts", "collect"})
 
@@ -169,6 +208,67 @@ def _child_key(parent: str, child: str) -> dict[str, dict[str, str]]:
 
 def _count_key(parent: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": PARENT_PK_PREFIX + parent}, "sk": {"S": COUNT_SK}}
+
+
+def verdict_shard(verdict_id: str) -> int:
+    return hashlib.sha256(verdict_id.encode()).digest()[0] % VERDICT_SHARDS
+
+
+def _verdict_sk(time_ms: int, verdict_id: str) -> str:
+    return f"{time_ms:013d}#{verdict_id}"
+
+
+def _verdict_key(shard: int, sk: str) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"{VERDICT_PK_PREFIX}{shard}"}, "sk": {"S": sk}}
+
+
+def _verdict_count_key(shard: int) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"{VERDICT_PK_PREFIX}{shard}"}, "sk": {"S": VERDICT_COUNT_SK}}
+
+
+def _uses_pk(kind: DependencyKind, value: str, shard: int) -> str:
+    return f"{USES_PK_PREFIX}{kind.value}#{value}#{shard}"
+
+
+def _uses_of(entry: VerdictEntry) -> list[tuple[DependencyKind, str]]:
+    """Every key, record and deployer an accepted verdict is indexed under (each once)."""
+    uses: dict[tuple[DependencyKind, str], None] = {}
+    for record in entry.records:
+        uses[DependencyKind.RECORD, record.digest] = None
+        for _, deployer, key_id in record.signatures():
+            uses[DependencyKind.KEY, key_id] = None
+            uses[DependencyKind.DEPLOYER, deployer] = None
+    return list(uses)
+
+
+def _records_json(records: Sequence[RecordUse]) -> str:
+    return json.dumps(
+        [[r.digest, r.deployer, r.key_id, r.created_ms, [[c.role, c.deployer, c.key_id] for c in r.cosigners]]
+         for r in records],
+        separators=(",", ":"),
+    )  # fmt: skip
+
+
+def _entry_from_item(item: Mapping[str, Any]) -> VerdictEntry:
+    records = tuple(
+        RecordUse(digest, deployer, key_id, int(created), tuple(CoSigner(*c) for c in cosigners))
+        for digest, deployer, key_id, created, cosigners in json.loads(item["records"]["S"])
+    )
+    return VerdictEntry(
+        verdict_id=item["verdict_id"]["S"],
+        time_ms=int(item["time_ms"]["N"]),
+        mode=item["mode"]["S"],
+        client=item["client"]["S"],
+        request_id=item["request_id"]["S"],
+        registry_sequence=int(item["registry_sequence"]["N"]),
+        verdict=item["verdict"]["S"],
+        reason=item["reason"]["S"],
+        construction=item["construction"]["S"],
+        records=records,
+        retain_until_ms=int(item["retain_until_ms"]["N"]),
+        needs_revalidation=bool(item.get("needs_revalidation", {}).get("BOOL", False)),
+        revalidation_cause=item.get("revalidation_cause", {}).get("S", ""),
+    )
 
 
 class _Contended(Exception):
@@ -406,9 +506,24 @@ class DynamoDbState:
 
     def _collect_item(self, item: Mapping[str, Any], now_ms: int) -> int:
         sk = item["sk"]["S"]
+        pk = item["pk"]["S"]
         key = {"pk": item["pk"], "sk": item["sk"]}
         expired = {":now": {"N": str(now_ms)}}
         try:
+            if pk.startswith(USES_PK_PREFIX):
+                # An index entry expires with its verdict; not an entry of its own (not counted).
+                self._client.delete_item(
+                    TableName=self.table, Key=key, ConditionExpression="retain_until_ms < :now",
+                    ExpressionAttributeValues=expired,
+                )  # fmt: skip
+                return 0
+            if pk.startswith(VERDICT_PK_PREFIX):
+                self._client.delete_item(
+                    TableName=self.table, Key=key, ConditionExpression="retain_until_ms < :now",
+                    ExpressionAttributeValues=expired,
+                )  # fmt: skip
+                self._count_verdicts(int(pk[len(VERDICT_PK_PREFIX) :]), -1)
+                return 1
             if sk == NONCE_SK:
                 self._client.delete_item(
                     TableName=self.table,
@@ -473,6 +588,201 @@ class DynamoDbState:
                 if cursor is None:
                     return count
                 request["ExclusiveStartKey"] = cursor
+
+    # -- the verdict log -----------------------------------------------------------------------
+
+    def _count_verdicts(self, shard: int, delta: int) -> None:
+        """Keep the shard's verdict count beside its items (not in their transaction: one counter item
+        per shard in every verdict's transaction would make concurrent verdicts conflict). So the row
+        bound is approximate: a write that fails between the two leaves the count one off."""
+        self._client.update_item(
+            TableName=self.table,
+            Key=_verdict_count_key(shard),
+            UpdateExpression="ADD n :delta",
+            ExpressionAttributeValues={":delta": {"N": str(delta)}},
+        )
+
+    def record_verdict(self, entry: VerdictEntry) -> None:
+        """The index entries first (BatchWriteItem, unconditional and idempotent), the verdict item
+        last: a verdict is never held without its index, and entries left by a write that failed
+        half-way point at no verdict, so lookups skip them and collection removes them."""
+        shard = verdict_shard(entry.verdict_id)
+        sk = _verdict_sk(entry.time_ms, entry.verdict_id)
+        retain = {
+            "retain_until_ms": {"N": str(entry.retain_until_ms)},
+            TTL_ATTRIBUTE: {"N": _expires_at(entry.retain_until_ms)},
+        }
+        index = [
+            {"PutRequest": {"Item": {"pk": {"S": _uses_pk(kind, value, shard)}, "sk": {"S": sk}, **retain}}}
+            for kind, value in (_uses_of(entry) if entry.accepted else [])
+        ]
+        item = {
+            **_verdict_key(shard, sk),
+            "verdict_id": {"S": entry.verdict_id},
+            "time_ms": {"N": str(entry.time_ms)},
+            "mode": {"S": entry.mode},
+            "client": {"S": entry.client},
+            "request_id": {"S": entry.request_id},
+            "registry_sequence": {"N": str(entry.registry_sequence)},
+            "verdict": {"S": entry.verdict},
+            "reason": {"S": entry.reason},
+            "construction": {"S": entry.construction},
+            "records": {"S": _records_json(entry.records)},
+            "needs_revalidation": {"BOOL": False},
+            **retain,
+        }
+        with self._calls("record verdict"):
+            for start in range(0, len(index), BATCH_WRITE_LIMIT):
+                self._batch_write(index[start : start + BATCH_WRITE_LIMIT])
+            try:
+                self._client.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+            except ClientError as exc:
+                # Verdict ids are 128 random bits: the item there is this verdict's own, written by an
+                # attempt whose answer was lost (botocore retried it). Anything else is an error.
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                return
+            self._count_verdicts(shard, 1)
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """One BatchWriteItem, resending what DynamoDB left unprocessed (throttling) a few times."""
+        pending = {self.table: requests}
+        for attempt in range(_ATTEMPTS):
+            answer = self._client.batch_write_item(RequestItems=pending)
+            pending = answer.get("UnprocessedItems") or {}
+            if not pending:
+                return
+            time.sleep(min(0.2, 0.005 * 2**attempt))
+        raise StateUnavailable(f"DynamoDB table {self.table} (record verdict): index writes left unprocessed")
+
+    def accepts_relying_on(
+        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+    ) -> list[VerdictEntry]:
+        keys: set[tuple[int, str]] = set()
+        with self._calls("verdict lookup"):
+            for value in dict.fromkeys(values):
+                for shard in range(VERDICT_SHARDS):
+                    keys.update((shard, sk) for sk in self._index_range(_uses_pk(kind, value, shard), since_ms, limit))
+            oldest = sorted(keys, key=lambda k: k[1])[:limit]
+            items: list[Mapping[str, Any]] = []
+            for start in range(0, len(oldest), BATCH_GET_LIMIT):
+                items += self._batch_get(
+                    [_verdict_key(shard, sk) for shard, sk in oldest[start : start + BATCH_GET_LIMIT]]
+                )
+        # An index entry whose verdict is gone (collected, or its write failed half-way) finds nothing.
+        entries = sorted((_entry_from_item(item) for item in items), key=lambda e: (e.time_ms, e.verdict_id))
+        return [e for e in entries if e.accepted]
+
+    def _batch_get(self, keys: list[dict[str, dict[str, str]]]) -> list[Mapping[str, Any]]:
+        """Consistent reads of ``keys`` (BatchGetItem), resending unprocessed keys a few times; items
+        that do not exist are left out."""
+        found: list[Mapping[str, Any]] = []
+        pending: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
+        for attempt in range(_ATTEMPTS):
+            answer = self._client.batch_get_item(RequestItems=pending)
+            found += answer.get("Responses", {}).get(self.table, [])
+            pending = answer.get("UnprocessedKeys") or {}
+            if not pending:
+                return found
+            time.sleep(min(0.2, 0.005 * 2**attempt))
+        raise StateUnavailable(f"DynamoDB table {self.table} (verdict lookup): reads left unprocessed")
+
+    def _index_range(self, pk: str, since_ms: int, limit: int) -> list[str]:
+        """Sort keys of one index partition from ``since_ms`` on, oldest first, at most ``limit``."""
+        found: list[str] = []
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk AND sk >= :since",
+            "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": f"{max(0, since_ms):013d}"}},
+            "ProjectionExpression": "sk",
+            "Limit": min(1000, limit),
+        }
+        while len(found) < limit:
+            page = self._client.query(**request)
+            found.extend(item["sk"]["S"] for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return found[:limit]
+
+    def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
+        """One conditional UpdateItem per verdict (unflagged, and still there): DynamoDB applies the
+        conditional writes to one item one at a time, so replicas marking together count it once."""
+        marked = 0
+        with self._calls("mark verdicts"):
+            for entry in {v.verdict_id: v for v in verdicts}.values():
+                try:
+                    self._client.update_item(
+                        TableName=self.table,
+                        Key=_verdict_key(verdict_shard(entry.verdict_id), _verdict_sk(entry.time_ms, entry.verdict_id)),
+                        UpdateExpression="SET needs_revalidation = :yes, revalidation_cause = :cause, marked_ms = :now",
+                        ConditionExpression="needs_revalidation = :no",
+                        ExpressionAttributeValues={
+                            ":yes": {"BOOL": True}, ":no": {"BOOL": False}, ":cause": {"S": cause},
+                            ":now": {"N": str(now_ms)},
+                        },
+                    )  # fmt: skip
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                        continue  # marked already, or collected meanwhile
+                    raise
+                marked += 1
+        return marked
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+        """Forget the oldest verdicts of each shard beyond its share of ``max_rows``. With ``collect=ttl``
+        this does nothing: DynamoDB's TTL deletes items without the counts knowing, so the counts would
+        overstate what is held and the bound would forget too much (retention alone bounds the log)."""
+        if self.settings.collect == "ttl" or limit <= 0:
+            return 0
+        per_shard = -(-max_rows // VERDICT_SHARDS)
+        removed = 0
+        with self._calls("trim verdicts"):
+            counts = self._shard_counts()
+            for shard, held in enumerate(counts):
+                excess = min(held - per_shard, limit - removed)
+                if excess <= 0:
+                    continue
+                page = self._client.query(
+                    TableName=self.table,
+                    ConsistentRead=True,
+                    KeyConditionExpression="pk = :pk AND sk < :counter",
+                    ExpressionAttributeValues={
+                        ":pk": {"S": f"{VERDICT_PK_PREFIX}{shard}"}, ":counter": {"S": VERDICT_COUNT_SK}
+                    },
+                    Limit=excess,
+                )  # fmt: skip
+                for item in page.get("Items", []):
+                    removed += self._forget(shard, item)
+        return removed
+
+    def _forget(self, shard: int, item: Mapping[str, Any]) -> int:
+        entry = _entry_from_item(item)
+        sk = item["sk"]["S"]
+        for kind, value in _uses_of(entry) if entry.accepted else []:
+            self._client.delete_item(
+                TableName=self.table, Key={"pk": {"S": _uses_pk(kind, value, shard)}, "sk": {"S": sk}}
+            )
+        try:
+            self._client.delete_item(
+                TableName=self.table, Key=_verdict_key(shard, sk), ConditionExpression="attribute_exists(pk)"
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return 0  # another replica's collector took it
+            raise
+        self._count_verdicts(shard, -1)
+        return 1
+
+    def _shard_counts(self) -> list[int]:
+        counts = {item["pk"]["S"]: int(item["n"]["N"]) for item in self._batch_get(
+            [_verdict_count_key(shard) for shard in range(VERDICT_SHARDS)]) if "n" in item}  # fmt: skip
+        return [max(0, counts.get(f"{VERDICT_PK_PREFIX}{shard}", 0)) for shard in range(VERDICT_SHARDS)]
+
+    def verdict_count(self) -> int:
+        with self._calls("verdict count"):
+            return sum(self._shard_counts())
 
     def close(self) -> None:
         self._client.close()

@@ -20,6 +20,10 @@ first locks the counter row of every parent on the path (creating missing rows) 
 deadlock; it then checks each edge against the locked counters, records new children (incrementing
 the counter only when the child row is really new) and finally consumes the leaf nonce with
 ``INSERT ... ON CONFLICT DO NOTHING``: exactly one of any number of concurrent consumers inserts.
+
+The verdict log (schema version 3): ``verdicts`` and its child ``verdict_signatures`` (``ON DELETE
+CASCADE``), indexed by (key id, time), (record digest, time) and (deployer, time); a verdict is
+recorded by one statement (a data-modifying CTE), so all of it or nothing.
 """
 
 from __future__ import annotations
@@ -39,9 +43,24 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, LeafNonce, StateRejection
+from countersign.state import (
+    MAX_LOOKUP_VERDICTS,
+    ChildEdge,
+    DependencyKind,
+    LeafNonce,
+    StateRejection,
+    VerdictEntry,
+)
+from verifier.stores.verdict_rows import (
+    LOOKUP_COLUMN,
+    SIGNATURE_COLUMNS,
+    VERDICT_COLUMNS,
+    entries_from_rows,
+    signature_rows,
+    verdict_row,
+)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 _OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
@@ -221,6 +240,26 @@ END
 $fn$
 """,
     ),
+    # The verdict log: one row per verdict, one per signature its records carry, each signature row
+    # with the verdict's time so "relied on K since T" is one range of one index.
+    3: (
+        "CREATE TABLE {schema}.verdicts ("
+        " verdict_id text PRIMARY KEY, time_ms bigint NOT NULL, mode text NOT NULL, client text NOT NULL,"
+        " request_id text NOT NULL, registry_sequence bigint NOT NULL, verdict text NOT NULL,"
+        " reason text NOT NULL, construction text NOT NULL, retain_until_ms bigint NOT NULL,"
+        " needs_revalidation boolean NOT NULL DEFAULT false, revalidation_cause text NOT NULL DEFAULT '',"
+        " marked_ms bigint)",
+        "CREATE INDEX verdicts_by_time ON {schema}.verdicts (time_ms, verdict_id)",
+        "CREATE INDEX verdicts_retention ON {schema}.verdicts (retain_until_ms)",
+        "CREATE TABLE {schema}.verdict_signatures ("
+        " verdict_id text NOT NULL REFERENCES {schema}.verdicts (verdict_id) ON DELETE CASCADE,"
+        " position integer NOT NULL, role text NOT NULL, record_digest text NOT NULL, deployer text NOT NULL,"
+        " key_id text NOT NULL, created_ms bigint NOT NULL, time_ms bigint NOT NULL,"
+        " PRIMARY KEY (verdict_id, position, role))",
+        "CREATE INDEX verdict_signatures_by_key ON {schema}.verdict_signatures (key_id, time_ms)",
+        "CREATE INDEX verdict_signatures_by_record ON {schema}.verdict_signatures (record_digest, time_ms)",
+        "CREATE INDEX verdict_signatures_by_deployer ON {schema}.verdict_signatures (deployer, time_ms)",
+    ),
 }
 
 
@@ -324,6 +363,42 @@ class PostgresState:
         self._count_sql = sql.SQL(
             "SELECT (SELECT count(*) FROM {s}.consumed_nonces) + (SELECT count(*) FROM {s}.children)"
         ).format(s=ident)
+        self._record_sql = sql.SQL(
+            "WITH v AS (INSERT INTO {s}.verdicts ({vc}) VALUES ({vp}))"
+            " INSERT INTO {s}.verdict_signatures ({sc}) SELECT * FROM unnest("
+            "%s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+        ).format(
+            s=ident,
+            vc=sql.SQL(VERDICT_COLUMNS),
+            vp=sql.SQL(", ".join(["%s"] * 12)),
+            sc=sql.SQL(SIGNATURE_COLUMNS),
+        )
+        self._lookup_sql = {
+            kind: sql.SQL(
+                "SELECT {vc} FROM {s}.verdicts WHERE verdict = 'ACCEPT' AND verdict_id IN ("
+                " SELECT verdict_id FROM {s}.verdict_signatures WHERE {col} = ANY(%s::text[]) AND time_ms >= %s)"
+                " ORDER BY time_ms, verdict_id LIMIT %s"
+            ).format(s=ident, vc=sql.SQL(VERDICT_COLUMNS), col=sql.Identifier(column))
+            for kind, column in LOOKUP_COLUMN.items()
+        }
+        self._signatures_sql = sql.SQL(
+            "SELECT verdict_id, position, role, record_digest, deployer, key_id, created_ms"
+            " FROM {s}.verdict_signatures WHERE verdict_id = ANY(%s::text[])"
+        ).format(s=ident)
+        self._mark_sql = sql.SQL(
+            "UPDATE {s}.verdicts SET needs_revalidation = true, revalidation_cause = %s, marked_ms = %s"
+            " WHERE verdict_id = ANY(%s::text[]) AND NOT needs_revalidation"
+        ).format(s=ident)
+        self._collect_verdicts_sql = sql.SQL(
+            "DELETE FROM {s}.verdicts WHERE verdict_id IN ("
+            " SELECT verdict_id FROM {s}.verdicts WHERE retain_until_ms < %s"
+            " ORDER BY retain_until_ms LIMIT %s FOR UPDATE SKIP LOCKED)"
+        ).format(s=ident)
+        self._trim_sql = sql.SQL(
+            "DELETE FROM {s}.verdicts WHERE verdict_id IN ("
+            " SELECT verdict_id FROM {s}.verdicts ORDER BY time_ms, verdict_id LIMIT %s FOR UPDATE SKIP LOCKED)"
+        ).format(s=ident)
+        self._verdict_count_sql = sql.SQL("SELECT count(*) FROM {s}.verdicts").format(s=ident)
         try:
             self._pool.open(wait=True, timeout=self._timeout)
         except PoolTimeout as exc:
@@ -468,11 +543,53 @@ class PostgresState:
         if limit <= 0:
             return 0
         row = self._call("collect", self._collect_sql, (now_ms, limit))
-        return int(row[0]) if row else 0
+        removed = int(row[0]) if row else 0
+        if removed < limit:
+            with self._connection("collect verdicts") as conn:
+                removed += conn.execute(self._collect_verdicts_sql, (now_ms, limit - removed)).rowcount
+        return removed
 
     def entry_count(self) -> int:
         with self._connection("entry count") as conn:
             row = conn.execute(self._count_sql).fetchone()
+        return int(row[0]) if row else 0
+
+    # --- the verdict log ---------------------------------------------------------------------
+
+    def record_verdict(self, entry: VerdictEntry) -> None:
+        columns = list(zip(*signature_rows(entry), strict=True)) or [()] * 8
+        with self._connection("record verdict") as conn:
+            conn.execute(self._record_sql, (*verdict_row(entry), *(list(c) for c in columns)))
+
+    def accepts_relying_on(
+        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+    ) -> list[VerdictEntry]:
+        with self._connection("verdict lookup") as conn:
+            verdicts = conn.execute(self._lookup_sql[kind], (list(dict.fromkeys(values)), since_ms, limit)).fetchall()
+            ids = [row[0] for row in verdicts]
+            signatures = conn.execute(self._signatures_sql, (ids,)).fetchall() if ids else []
+        return entries_from_rows(verdicts, signatures)
+
+    def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
+        """Concurrent markers of one verdict queue on its row lock; the later one finds it marked and
+        counts nothing (READ COMMITTED re-checks the condition on the row it waited for)."""
+        ids = list(dict.fromkeys(v.verdict_id for v in verdicts))
+        if not ids:
+            return 0
+        with self._connection("mark verdicts") as conn:
+            return int(conn.execute(self._mark_sql, (cause, now_ms, ids)).rowcount)
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+        with self._connection("trim verdicts") as conn:
+            row = conn.execute(self._verdict_count_sql).fetchone()
+            excess = min((int(row[0]) if row else 0) - max_rows, limit)
+            if excess <= 0:
+                return 0
+            return int(conn.execute(self._trim_sql, (excess,)).rowcount)
+
+    def verdict_count(self) -> int:
+        with self._connection("verdict count") as conn:
+            row = conn.execute(self._verdict_count_sql).fetchone()
         return int(row[0]) if row else 0
 
     def close(self) -> None:

@@ -1,7 +1,10 @@
 """SQLite verifier state: the embedded default, for one verifier (or several processes on one host).
 
 WAL journal; every :meth:`admit` is one ``BEGIN IMMEDIATE`` transaction, so concurrent verifiers
-sharing the file serialise on SQLite's write lock and a nonce is consumed at most once.
+sharing the file serialise on SQLite's write lock and a nonce is consumed at most once. The verdict
+log (schema version 4) is a ``verdicts`` table and its child ``verdict_signatures`` (one row per
+signature a verdict's records carry), indexed by key id, record digest and deployer, each with the
+verdict's time, so "which verdicts relied on K since T" reads one index range.
 """
 
 from __future__ import annotations
@@ -10,13 +13,30 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from countersign._daemon.sqlite import open_sqlite
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, LeafNonce, StateRejection
+from countersign.state import (
+    MAX_LOOKUP_VERDICTS,
+    ChildEdge,
+    DependencyKind,
+    LeafNonce,
+    StateRejection,
+    VerdictEntry,
+)
+from verifier.stores.verdict_rows import (
+    LOOKUP_COLUMN,
+    SIGNATURE_COLUMNS,
+    VERDICT_COLUMNS,
+    chunks,
+    entries_from_rows,
+    signature_rows,
+    verdict_row,
+)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _MIGRATIONS = {
     1: (
         "CREATE TABLE consumed_nonces (nonce TEXT PRIMARY KEY, retain_until_ms INTEGER NOT NULL) WITHOUT ROWID",
@@ -38,7 +58,30 @@ _MIGRATIONS = {
         " UPDATE child_counts SET count = count - 1 WHERE parent = OLD.parent;"
         " DELETE FROM child_counts WHERE parent = OLD.parent AND count <= 0; END",
     ),
+    # The verdict log. One row per verdict, one per signature its records carry ("signer" for the
+    # issuer's, "parent"/"child" for co-signatures); the row's time is the verdict's, so an index on
+    # (key_id, time_ms) answers "relied on K since T" without touching the verdicts table first.
+    4: (
+        "CREATE TABLE verdicts (verdict_id TEXT PRIMARY KEY, time_ms INTEGER NOT NULL, mode TEXT NOT NULL,"
+        " client TEXT NOT NULL, request_id TEXT NOT NULL, registry_sequence INTEGER NOT NULL,"
+        " verdict TEXT NOT NULL, reason TEXT NOT NULL, construction TEXT NOT NULL,"
+        " retain_until_ms INTEGER NOT NULL, needs_revalidation INTEGER NOT NULL DEFAULT 0,"
+        " revalidation_cause TEXT NOT NULL DEFAULT '', marked_ms INTEGER) WITHOUT ROWID",
+        "CREATE INDEX verdicts_by_time ON verdicts (time_ms, verdict_id)",
+        "CREATE INDEX verdicts_retention ON verdicts (retain_until_ms)",
+        "CREATE TABLE verdict_signatures (verdict_id TEXT NOT NULL, position INTEGER NOT NULL,"
+        " role TEXT NOT NULL, record_digest TEXT NOT NULL, deployer TEXT NOT NULL, key_id TEXT NOT NULL,"
+        " created_ms INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (verdict_id, position, role)) WITHOUT ROWID",
+        "CREATE INDEX verdict_signatures_by_key ON verdict_signatures (key_id, time_ms)",
+        "CREATE INDEX verdict_signatures_by_record ON verdict_signatures (record_digest, time_ms)",
+        "CREATE INDEX verdict_signatures_by_deployer ON verdict_signatures (deployer, time_ms)",
+    ),
 }
+
+_SQLITE_MAX_VARIABLES = 500  # well under SQLITE_MAX_VARIABLE_NUMBER in any build
+_INSERT_VERDICT = f"INSERT INTO verdicts ({VERDICT_COLUMNS}) VALUES ({','.join('?' * 12)})"  # noqa: S608
+_INSERT_SIGNATURE = f"INSERT INTO verdict_signatures ({SIGNATURE_COLUMNS}) VALUES ({','.join('?' * 8)})"  # noqa: S608
 
 
 class SqliteState:
@@ -124,9 +167,124 @@ class SqliteState:
                     " (SELECT parent, child FROM children WHERE retain_until_ms < ? LIMIT ?)",
                     (now_ms, limit - removed),
                 ).rowcount
+                if removed < limit:
+                    expired = self._db.execute(
+                        "SELECT verdict_id FROM verdicts WHERE retain_until_ms < ? LIMIT ?", (now_ms, limit - removed)
+                    ).fetchall()
+                    removed += self._forget_verdicts([row[0] for row in expired])
                 return int(removed)
             except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise StateUnavailable(f"SQLite state {self.path}: {exc}") from exc
+
+    def _forget_verdicts(self, verdict_ids: Sequence[str]) -> int:
+        """Delete verdicts with their signature rows, in one transaction; return how many went."""
+        if not verdict_ids:
+            return 0
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        removed = 0
+        for chunk in chunks(verdict_ids, _SQLITE_MAX_VARIABLES):
+            marks = ",".join("?" * len(chunk))
+            db.execute(f"DELETE FROM verdict_signatures WHERE verdict_id IN ({marks})", chunk)  # noqa: S608
+            removed += db.execute(f"DELETE FROM verdicts WHERE verdict_id IN ({marks})", chunk).rowcount  # noqa: S608
+        db.execute("COMMIT")
+        return removed
+
+    # --- the verdict log ---------------------------------------------------------------------
+
+    def record_verdict(self, entry: VerdictEntry) -> None:
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute(_INSERT_VERDICT, verdict_row(entry))
+                db.executemany(_INSERT_SIGNATURE, signature_rows(entry))
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise StateUnavailable(f"SQLite state {self.path} (record verdict): {exc}") from exc
+
+    def accepts_relying_on(
+        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+    ) -> list[VerdictEntry]:
+        column = LOOKUP_COLUMN[kind]
+        with self._lock:
+            try:
+                ids: set[str] = set()
+                for chunk in chunks(list(dict.fromkeys(values)), _SQLITE_MAX_VARIABLES):
+                    rows = self._db.execute(
+                        f"SELECT DISTINCT verdict_id FROM verdict_signatures"  # noqa: S608
+                        f" WHERE {column} IN ({','.join('?' * len(chunk))}) AND time_ms >= ?",
+                        (*chunk, since_ms),
+                    )
+                    ids.update(row[0] for row in rows)
+                return self._accepted_entries(sorted(ids), limit)
+            except sqlite3.Error as exc:
+                raise StateUnavailable(f"SQLite state {self.path} (verdict lookup): {exc}") from exc
+
+    def _accepted_entries(self, verdict_ids: Sequence[str], limit: int) -> list[VerdictEntry]:
+        verdicts: list[Any] = []
+        for chunk in chunks(verdict_ids, _SQLITE_MAX_VARIABLES):
+            verdicts += self._db.execute(
+                f"SELECT {VERDICT_COLUMNS} FROM verdicts"  # noqa: S608
+                f" WHERE verdict_id IN ({','.join('?' * len(chunk))}) AND verdict = 'ACCEPT'",
+                chunk,
+            ).fetchall()
+        verdicts = sorted(verdicts, key=lambda row: (row[1], row[0]))[:limit]
+        signatures: list[Any] = []
+        for chunk in chunks([row[0] for row in verdicts], _SQLITE_MAX_VARIABLES):
+            signatures += self._db.execute(
+                "SELECT verdict_id, position, role, record_digest, deployer, key_id, created_ms"  # noqa: S608
+                f" FROM verdict_signatures WHERE verdict_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+        return entries_from_rows(verdicts, signatures)
+
+    def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                marked = 0
+                for chunk in chunks(list(dict.fromkeys(v.verdict_id for v in verdicts)), _SQLITE_MAX_VARIABLES):
+                    marked += db.execute(
+                        "UPDATE verdicts SET needs_revalidation = 1, revalidation_cause = ?, marked_ms = ?"  # noqa: S608
+                        f" WHERE verdict_id IN ({','.join('?' * len(chunk))}) AND needs_revalidation = 0",
+                        (cause, now_ms, *chunk),
+                    ).rowcount
+                db.execute("COMMIT")
+                return marked
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise StateUnavailable(f"SQLite state {self.path} (mark verdicts): {exc}") from exc
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+        with self._lock:
+            try:
+                (held,) = self._db.execute("SELECT COUNT(*) FROM verdicts").fetchone()
+                excess = min(int(held) - max_rows, limit)
+                if excess <= 0:
+                    return 0
+                oldest = self._db.execute(
+                    "SELECT verdict_id FROM verdicts ORDER BY time_ms, verdict_id LIMIT ?", (excess,)
+                ).fetchall()
+                return self._forget_verdicts([row[0] for row in oldest])
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StateUnavailable(f"SQLite state {self.path} (trim verdicts): {exc}") from exc
+
+    def verdict_count(self) -> int:
+        with self._lock:
+            try:
+                (held,) = self._db.execute("SELECT COUNT(*) FROM verdicts").fetchone()
+            except sqlite3.Error as exc:
+                raise StateUnavailable(f"SQLite state {self.path} (verdict count): {exc}") from exc
+            return int(held)
 
     def entry_count(self) -> int:
         with self._lock:

@@ -4,9 +4,11 @@
 isort:skip_file
 The verifier service: stateless apart from its durable store; any number of replicas."""
 
+from collections import abc as _abc
 from countersign._proto.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -18,6 +20,21 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ImpactStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ImpactStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ImpactStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    IMPACT_STATUS_UNSPECIFIED: _ImpactStatus.ValueType  # 0
+    NEEDS_REVALIDATION: _ImpactStatus.ValueType  # 1
+
+class ImpactStatus(_ImpactStatus, metaclass=_ImpactStatusEnumTypeWrapper): ...
+
+IMPACT_STATUS_UNSPECIFIED: ImpactStatus.ValueType  # 0
+NEEDS_REVALIDATION: ImpactStatus.ValueType  # 1
+Global___ImpactStatus: _TypeAlias = ImpactStatus  # noqa: Y015
 
 @_typing.final
 class VerifyPathRequest(_message.Message):
@@ -34,7 +51,7 @@ class VerifyPathRequest(_message.Message):
         ACCEPT: VerifyPathRequest._Mode.ValueType  # 1
         """consume the leaf nonce"""
         AUDIT: VerifyPathRequest._Mode.ValueType  # 2
-        """check without consuming or recording"""
+        """check without consuming or recording state (the verdict is logged)"""
 
     class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
     MODE_UNSPECIFIED: VerifyPathRequest.Mode.ValueType  # 0
@@ -42,7 +59,7 @@ class VerifyPathRequest(_message.Message):
     ACCEPT: VerifyPathRequest.Mode.ValueType  # 1
     """consume the leaf nonce"""
     AUDIT: VerifyPathRequest.Mode.ValueType  # 2
-    """check without consuming or recording"""
+    """check without consuming or recording state (the verdict is logged)"""
 
     PATH_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
@@ -112,3 +129,179 @@ class VerifyPathResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyPathResponse: _TypeAlias = VerifyPathResponse  # noqa: Y015
+
+@_typing.final
+class ImpactRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    RECORD_DIGEST_FIELD_NUMBER: _builtins.int
+    DEPLOYER_FIELD_NUMBER: _builtins.int
+    SINCE_MS_FIELD_NUMBER: _builtins.int
+    MARK_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """ed25519:...: records it signed or co-signed"""
+    record_digest: _builtins.str
+    """sha256:...: that record"""
+    deployer: _builtins.str
+    """records it issued or co-signed"""
+    since_ms: _builtins.int
+    """only verdicts logged at or after this time; 0: the whole log"""
+    mark: _builtins.bool
+    """Also flag the affected verdicts NEEDS_REVALIDATION in the log (nothing is deleted). Without it
+    the call only reads.
+    """
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        record_digest: _builtins.str = ...,
+        deployer: _builtins.str = ...,
+        since_ms: _builtins.int = ...,
+        mark: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deployer", b"deployer", "key_id", b"key_id", "query", b"query", "record_digest", b"record_digest"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployer", b"deployer", "key_id", b"key_id", "mark", b"mark", "query", b"query", "record_digest", b"record_digest", "since_ms", b"since_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_query: _TypeAlias = _typing.Literal["key_id", "record_digest", "deployer"]  # noqa: Y015
+    _WhichOneofArgType_query: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_query) -> _WhichOneofReturnType_query | None: ...
+
+Global___ImpactRequest: _TypeAlias = ImpactRequest  # noqa: Y015
+
+@_typing.final
+class ImpactRecord(_message.Message):
+    """A record in the closure of the query: one that matches it (seed) or lies below one that does."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIGEST_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    DEPLOYER_FIELD_NUMBER: _builtins.int
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    digest: _builtins.str
+    status: Global___ImpactStatus.ValueType
+    seed: _builtins.bool
+    deployer: _builtins.str
+    key_id: _builtins.str
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """its parents (in some logged path) that are affected too"""
+
+    def __init__(
+        self,
+        *,
+        digest: _builtins.str = ...,
+        status: Global___ImpactStatus.ValueType = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        seed: _builtins.bool = ...,
+        deployer: _builtins.str = ...,
+        key_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["depends_on", b"depends_on", "deployer", b"deployer", "digest", b"digest", "key_id", b"key_id", "seed", b"seed", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImpactRecord: _TypeAlias = ImpactRecord  # noqa: Y015
+
+@_typing.final
+class ImpactVerdict(_message.Message):
+    """A logged accepted verdict whose path holds an affected record."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERDICT_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TIME_MS_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    CLIENT_FIELD_NUMBER: _builtins.int
+    REGISTRY_SEQUENCE_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    MARKED_IN_LOG_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    verdict_id: _builtins.str
+    request_id: _builtins.str
+    """the caller's idempotency key as sent; empty for none"""
+    time_ms: _builtins.int
+    result: _builtins.str
+    """ACCEPT"""
+    status: Global___ImpactStatus.ValueType
+    mode: _builtins.str
+    """accept | audit"""
+    client: _builtins.str
+    """the caller's certificate identity"""
+    registry_sequence: _builtins.int
+    marked_in_log: _builtins.bool
+    """flagged in the log (by a revocation, or by this call with mark)"""
+    cause: _builtins.str
+    @_builtins.property
+    def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """its affected records, root first"""
+
+    @_builtins.property
+    def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """every record of its path, root first"""
+
+    def __init__(
+        self,
+        *,
+        verdict_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        time_ms: _builtins.int = ...,
+        result: _builtins.str = ...,
+        records: _abc.Iterable[_builtins.str] | None = ...,
+        status: Global___ImpactStatus.ValueType = ...,
+        mode: _builtins.str = ...,
+        client: _builtins.str = ...,
+        registry_sequence: _builtins.int = ...,
+        path: _abc.Iterable[_builtins.str] | None = ...,
+        marked_in_log: _builtins.bool = ...,
+        cause: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "client", b"client", "marked_in_log", b"marked_in_log", "mode", b"mode", "path", b"path", "records", b"records", "registry_sequence", b"registry_sequence", "request_id", b"request_id", "result", b"result", "status", b"status", "time_ms", b"time_ms", "verdict_id", b"verdict_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImpactVerdict: _TypeAlias = ImpactVerdict  # noqa: Y015
+
+@_typing.final
+class ImpactResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    VERDICTS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    NEWLY_MARKED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """a lookup hit its limit: narrow the query with since_ms"""
+    newly_marked: _builtins.int
+    """with mark: verdicts flagged by this call"""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImpactRecord]: ...
+    @_builtins.property
+    def verdicts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImpactVerdict]: ...
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___ImpactRecord] | None = ...,
+        verdicts: _abc.Iterable[Global___ImpactVerdict] | None = ...,
+        truncated: _builtins.bool = ...,
+        newly_marked: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["newly_marked", b"newly_marked", "records", b"records", "truncated", b"truncated", "verdicts", b"verdicts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImpactResponse: _TypeAlias = ImpactResponse  # noqa: Y015

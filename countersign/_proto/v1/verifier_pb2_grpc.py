@@ -45,6 +45,11 @@ class VerifierStub:
                 request_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
                 _registered_method=True)
+        self.Impact = channel.unary_unary(
+                '/countersign.v1.Verifier/Impact',
+                request_serializer=countersign_dot_v1_dot_verifier__pb2.ImpactRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_verifier__pb2.ImpactResponse.FromString,
+                _registered_method=True)
 
 
 class VerifierServicer:
@@ -65,6 +70,14 @@ class VerifierServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Impact(self, request, context):
+        """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
+        key, a record or a deployer. Operator and client certificates only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VerifierServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +90,11 @@ def add_VerifierServicer_to_server(servicer, server):
                     servicer.VerifyPaths,
                     request_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.SerializeToString,
+            ),
+            'Impact': grpc.unary_unary_rpc_method_handler(
+                    servicer.Impact,
+                    request_deserializer=countersign_dot_v1_dot_verifier__pb2.ImpactRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_verifier__pb2.ImpactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,6 +151,33 @@ class Verifier:
             '/countersign.v1.Verifier/VerifyPaths',
             countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
             countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Impact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.Verifier/Impact',
+            countersign_dot_v1_dot_verifier__pb2.ImpactRequest.SerializeToString,
+            countersign_dot_v1_dot_verifier__pb2.ImpactResponse.FromString,
             options,
             channel_credentials,
             insecure,

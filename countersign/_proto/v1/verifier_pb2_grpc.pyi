@@ -38,6 +38,10 @@ class VerifierStub:
     answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
     not an error). An error ends the stream with the status VerifyPath would return.
     """
+    Impact: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ImpactRequest, _verifier_pb2.ImpactResponse]
+    """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
+    key, a record or a deployer. Operator and client certificates only.
+    """
 
 @_typing.type_check_only
 class VerifierAsyncStub(VerifierStub):
@@ -47,6 +51,10 @@ class VerifierAsyncStub(VerifierStub):
     """The same verification over a long-lived stream (a verification lane): paths one at a time, each
     answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
     not an error). An error ends the stream with the status VerifyPath would return.
+    """
+    Impact: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ImpactRequest, _verifier_pb2.ImpactResponse]  # type: ignore[assignment]
+    """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
+    key, a record or a deployer. Operator and client certificates only.
     """
 
 class VerifierServicer(metaclass=_abc_1.ABCMeta):
@@ -66,6 +74,16 @@ class VerifierServicer(metaclass=_abc_1.ABCMeta):
         """The same verification over a long-lived stream (a verification lane): paths one at a time, each
         answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
         not an error). An error ends the stream with the status VerifyPath would return.
+        """
+
+    @_abc_1.abstractmethod
+    def Impact(
+        self,
+        request: _verifier_pb2.ImpactRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.ImpactResponse, _abc.Awaitable[_verifier_pb2.ImpactResponse]]:
+        """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
+        key, a record or a deployer. Operator and client certificates only.
         """
 
 def add_VerifierServicer_to_server(servicer: VerifierServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

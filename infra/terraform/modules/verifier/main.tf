@@ -145,6 +145,9 @@ data "aws_iam_policy_document" "task_nonce_table" {
     sid    = "NonceTableItems"
     effect = "Allow"
     actions = [
+      # BatchGetItem, BatchWriteItem: the verdict log (verifier/stores/dynamodb.py).
+      "dynamodb:BatchGetItem",
+      "dynamodb:BatchWriteItem",
       "dynamodb:ConditionCheckItem",
       "dynamodb:DeleteItem",
       "dynamodb:DescribeTable",
