@@ -32,6 +32,7 @@ def logged(n: int) -> VerdictEntry:
     )  # fmt: skip
 
 
+@pytest.mark.offline
 def test_sqlite_version_3_gains_the_verdict_log_and_keeps_its_state(tmp_path: Path) -> None:
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
