@@ -82,7 +82,7 @@ start() {
 }
 
 stop() {
-    [ -f "${pidfile}" ] || return 0
+    [ -f "${pidfile}" ] || { unmount_leftovers; return 0; }
     pid=$(cat "${pidfile}")
     if kill -0 "${pid}" 2>/dev/null; then
         kill -TERM "${pid}"
@@ -99,6 +99,14 @@ stop() {
         echo "docker/engine.sh: dockerd stopped"
     fi
     rm -f "${pidfile}"
+    unmount_leftovers
+}
+
+# dockerd leaves its default network namespace bind-mounted under the exec root.
+unmount_leftovers() {
+    awk -v root="${run_dir}/exec/" 'index($2, root) == 1 { print $2 }' /proc/mounts | sort -r | while read -r mount; do
+        umount "${mount}" 2>/dev/null || true
+    done
 }
 
 case "${1:-}" in
