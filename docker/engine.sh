@@ -78,6 +78,14 @@ start() {
     done
     DOCKER_HOST=${own_host}
     started_here=1
+    # This engine serves the container tier alone: whatever a run cut short left behind (containers
+    # that restart policies would bring back, their volumes) goes before the next run.
+    leftovers=$(DOCKER_HOST=${own_host} docker ps --all --quiet)
+    if [ -n "${leftovers}" ]; then
+        # shellcheck disable=SC2086  # one container id per word
+        DOCKER_HOST=${own_host} docker rm --force --volumes ${leftovers} >/dev/null
+    fi
+    DOCKER_HOST=${own_host} docker volume prune --force >/dev/null
     echo "docker/engine.sh: dockerd $(DOCKER_HOST=${own_host} docker version --format '{{.Server.Version}}') started (host networking only; data root ${data_root})"
 }
 
