@@ -10,7 +10,7 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo test lint types unit bench conformance proto vectors clean venv constraints zones zones-deps browser-deps
+.PHONY: demo test lint types unit bench conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
 
 include infra/tools.mk
 
@@ -49,10 +49,22 @@ zones-deps:
 browser-deps:
 	sh tools/browser/requirements.sh
 
-# Tests that restart shared services or rewire the network run alone, after the parallel run.
+# Tests that restart shared services or rewire the network run alone, after the parallel run; the
+# container tier last, with its own engine.
 unit: $(STAMP) zones-deps browser-deps
-	$(VENV)/bin/pytest --ignore=tests/infra -n 2 -m "not exclusive"
-	$(VENV)/bin/pytest --ignore=tests/infra -m exclusive
+	$(VENV)/bin/pytest --ignore=tests/infra -n 2 -m "not exclusive and not containers"
+	$(VENV)/bin/pytest --ignore=tests/infra -m "exclusive and not containers"
+	@$(MAKE) --no-print-directory containers
+
+# System packages for the container tier (docker.io, docker-compose, mmdebstrap), installed by the project.
+containers-deps:
+	sh docker/requirements.sh
+
+# The container tier: a Docker engine with host networking only (started here when none runs, stopped
+# after), local stand-in base images from Debian packages (cached), then the real image, the compose
+# mesh and the store tests on a testcontainers PostgreSQL (tests/docker, marker containers).
+containers: $(STAMP) containers-deps
+	sh docker/engine.sh run -- sh -c 'sh docker/local-base/build.sh && $(VENV)/bin/pytest -m containers tests/docker'
 
 proto: $(STAMP)
 	$(PY) proto/generate.py

@@ -7,6 +7,7 @@ material is ever printed.
 How it knows what to ask, without a configuration of its own:
 
 1. the daemon process: the one whose command line is ``countersign <daemon> serve [--config FILE]``
+   (or ``python -m countersign_cli <daemon> serve ...``, as from a source checkout)
    (``--pid`` names it explicitly);
 2. its settings: loaded exactly as the daemon loads them, from its TOML file and its own
    ``COUNTERSIGN_*`` environment (read from ``/proc/<pid>/environ``), relative paths resolved in its
@@ -25,6 +26,7 @@ Usage: ``python healthcheck.py [--pid PID] [--timeout SECONDS]``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -46,7 +48,9 @@ def read_argv(pid: int) -> list[str]:
 
 def daemon_of(argv: list[str]) -> tuple[str, str | None] | None:
     """``(kind, config path)`` if ``argv`` runs ``countersign <kind> serve``, else None."""
-    if not any(Path(part).name == "countersign" for part in argv):
+    # The console script (the image), or the module (`python -m countersign_cli`, a source checkout).
+    module = any(part == "-m" and following == "countersign_cli" for part, following in itertools.pairwise(argv))
+    if not module and not any(Path(part).name == "countersign" for part in argv):
         return None
     for index, part in enumerate(argv[:-1]):
         if part in KINDS and argv[index + 1] == "serve":

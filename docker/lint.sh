@@ -1,9 +1,9 @@
 #!/bin/sh
-# Lint of docker/: hadolint on every Dockerfile (zero findings of any level), then
-# `docker compose config --quiet` on the compose file when a docker CLI with the compose plugin is
-# installed. `compose config` needs no engine, but this project's machines have only the docker
-# client without the plugin, so there it is skipped with a message; tests/docker checks the
-# compose file's structure in Python either way.
+# Lint of docker/: hadolint on every Dockerfile (zero findings of any level), then Compose's own
+# check of the compose file (`compose config --quiet`, which needs no engine) with Compose v2
+# (`docker compose`) or else v1 (`docker-compose`, Debian bookworm's package, which
+# docker/requirements.sh installs for the container tier). Before that is installed the check is
+# skipped with a message; tests/docker checks the compose file's structure in Python either way.
 #
 #   sh docker/lint.sh            # from the repository root (uses .venv/bin/hadolint)
 #   HADOLINT=/path/to/hadolint sh docker/lint.sh
@@ -30,8 +30,11 @@ fi
 
 if command -v docker > /dev/null 2>&1 && docker compose version > /dev/null 2>&1; then
     echo "docker compose config --quiet docker/compose.yaml"
-    docker compose --file docker/compose.yaml config --quiet || status=1
+    docker compose --project-name countersign --file docker/compose.yaml config --quiet || status=1
+elif command -v docker-compose > /dev/null 2>&1; then
+    echo "docker-compose config --quiet docker/compose.yaml ($(docker-compose version --short))"
+    docker-compose --project-name countersign --file docker/compose.yaml config --quiet || status=1
 else
-    echo "docker compose config skipped: no docker CLI with the compose plugin here (tests/docker checks the file's structure)"
+    echo "docker compose config skipped: no Compose here yet (docker/requirements.sh installs it; tests/docker checks the file's structure)"
 fi
 exit "${status}"

@@ -2,7 +2,7 @@
 
 Every test carries a tier marker, usually the file's ``pytestmark``: ``offline`` (pure: no sockets, no
 processes, no files outside tmp_path) or what it needs (``daemons``, ``postgres``, ``dynamodb_emulator``,
-``netns``, ``docker``). A test without one fails, and so does a test marked offline together with another
+``netns``, ``containers``). A test without one fails, and so does a test marked offline together with another
 tier. Offline tests run under :data:`tests.offline_guard.GUARD`: opening a socket or starting a process
 while one is set up or runs fails it.
 """
@@ -25,8 +25,8 @@ settings.register_profile(
 )
 settings.load_profile("ci")
 
-# "docker" counts once a test declares it (--strict-markers refuses it until pyproject.toml does).
-TIER_MARKERS = ("offline", "daemons", "postgres", "dynamodb_emulator", "netns", "docker")
+# "containers": the container tier (tests/docker), run last by `make containers` with its own engine.
+TIER_MARKERS = ("offline", "daemons", "postgres", "dynamodb_emulator", "netns", "containers")
 
 
 def tiers_of(item: pytest.Item) -> set[str]:

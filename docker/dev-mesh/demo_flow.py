@@ -7,6 +7,10 @@ name). Then the final output is verified on one verifier replica, its replay on 
 (both share PostgreSQL, so the nonce consumed by the first is seen by the second), and a
 substituted output is rejected.
 
+``--save-path FILE`` also writes the accepted path (its bytes, then the output it attests) to FILE;
+``--replay FILE`` later offers that path again to every verifier given, each of which must refuse it
+as a replay (NONCE_REPLAYED): the consumed nonce outlives a restart of any replica.
+
 Exit 0 when every verdict is the expected one, 1 otherwise, 2 when the mesh cannot be reached.
 """
 
@@ -61,7 +65,50 @@ def first_root(runtime: SignerClient, system: str, timeout_s: float) -> Evidence
             time.sleep(1.0)
 
 
-def run(signers: dict[str, str], verifiers: list[str], tls_dir: Path, wait_s: float) -> int:
+def save(path_file: Path, data: bytes, output: bytes) -> None:
+    """The accepted path and its output: a 4-byte big-endian length, the path, then the output."""
+    path_file.write_bytes(len(data).to_bytes(4, "big") + data + output)
+
+
+def load(path_file: Path) -> tuple[bytes, bytes]:
+    raw = path_file.read_bytes()
+    size = int.from_bytes(raw[:4], "big")
+    if len(raw) < 4 + size:
+        raise ValueError(f"{path_file} is truncated")
+    return raw[4 : 4 + size], raw[4 + size :]
+
+
+def replay(path_file: Path, verifiers: list[str], tls_dir: Path) -> int:
+    """Offer a path accepted earlier to every verifier: each must refuse it as a replay."""
+    try:
+        data, output = load(path_file)
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the saved path: {exc}", file=sys.stderr)
+        return 2
+    clients = [VerifierClient(address, tls(tls_dir, "client")) for address in verifiers]
+    refused = 0
+    try:
+        print(f"Replay of the path saved in {path_file}:", flush=True)
+        for address, client in zip(verifiers, clients, strict=True):
+            result = client.verify(data, output)[0]
+            ok = not result and result.reason is Reason.NONCE_REPLAYED
+            refused += ok
+            verdict = "ACCEPT" if result else f"REJECT {result.reason}"
+            print(f"  {'ok ' if ok else 'BAD'} {'replay of the accepted path on ' + address:<58} {verdict}", flush=True)
+    except CountersignError as exc:
+        print(f"the mesh refused or could not be reached: {getattr(exc, 'code', '')} {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for client in clients:
+            client.close()
+    every = refused == len(verifiers)
+    print("every replay refused" if every else f"NOT as expected: {len(verifiers) - refused} accepted", flush=True)
+    return 0 if every else 1
+
+
+def run(
+    signers: dict[str, str], verifiers: list[str], tls_dir: Path, wait_s: float, save_path: Path | None = None
+) -> int:
     deployers = ("deployer-a", "deployer-b", "deployer-c")
     missing = [d for d in deployers if d not in signers]
     if missing or len(verifiers) < 2:
@@ -93,7 +140,10 @@ def run(signers: dict[str, str], verifiers: list[str], tls_dir: Path, wait_s: fl
 
         data = final.to_bytes()
         print(f"Verification on {verifiers[0]} and {verifiers[1]} (one shared store):", flush=True)
-        outcome("final output of the Writer (replica 1)", first.verify(data, OUTPUTS[2]).result, None)
+        accepted = first.verify(data, OUTPUTS[2]).result
+        outcome("final output of the Writer (replica 1)", accepted, None)
+        if accepted and save_path is not None:
+            save(save_path, data, OUTPUTS[2])
         outcome("replay of the same path (replica 2)", second.verify(data, OUTPUTS[2]).result, Reason.NONCE_REPLAYED)
         outcome(
             "substituted output bytes (replica 2)",
@@ -114,15 +164,21 @@ def run(signers: dict[str, str], verifiers: list[str], tls_dir: Path, wait_s: fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--signers", type=pairs, required=True, help="deployer=host:port,... of the three signers")
-    parser.add_argument("--verifiers", required=True, help="host:port,host:port of two verifier replicas")
+    parser.add_argument("--signers", type=pairs, help="deployer=host:port,... of the three signers")
+    parser.add_argument("--verifiers", required=True, help="host:port,host:port of the verifier replicas")
     parser.add_argument(
         "--tls-dir", type=Path, required=True, help="ca.pem, runtime-<deployer>.pem/.key, client.pem/.key"
     )
     parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the enrolment to arrive")
+    parser.add_argument("--save-path", type=Path, help="write the accepted path (and its output) to this file")
+    parser.add_argument("--replay", type=Path, help="only offer the path saved in this file to every verifier")
     args = parser.parse_args(argv)
     verifiers = [v.strip() for v in args.verifiers.split(",") if v.strip()]
-    return run(args.signers, verifiers, args.tls_dir, args.wait)
+    if args.replay is not None:
+        return replay(args.replay, verifiers, args.tls_dir)
+    if args.signers is None:
+        parser.error("--signers is required unless --replay is given")
+    return run(args.signers, verifiers, args.tls_dir, args.wait, args.save_path)
 
 
 if __name__ == "__main__":

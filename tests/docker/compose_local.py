@@ -15,8 +15,8 @@ container engine would provide replaced by its local equivalent:
   (the compose file's own command: docker/healthcheck.py, given the daemon's pid).
 
 What it cannot show: image builds, file ownership and permissions in volumes, read-only root file
-systems, container DNS and networks, Docker's restart policies. The testcontainers test does those
-where an engine exists.
+systems, container DNS and networks, Docker's restart policies. The container tier
+(tests/docker/test_containers_e2e.py, `make containers`) shows all but container DNS and networks.
 """
 
 from __future__ import annotations

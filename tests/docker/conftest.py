@@ -206,3 +206,41 @@ def compose() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return compose["services"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The container tier (marker ``containers``; tests/docker/containers.py)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """An engine answers, or the test skips (fails under COUNTERSIGN_DOCKER_REQUIRED=1) saying why."""
+    from tests.docker.containers import require_engine
+
+    require_engine()
+
+
+@pytest.fixture(scope="session")
+def local_base_images(docker_engine: None) -> Any:
+    """The local stand-in base images, built from Debian packages when their recipe is new."""
+    from tests.docker.containers import local_base
+
+    return local_base()
+
+
+@pytest.fixture(scope="session")
+def countersign_images(local_base_images: Any) -> dict[str, str]:
+    """docker/Dockerfile's runtime and dev-mesh targets, built on the local stand-in base."""
+    from tests.docker.containers import build_images
+
+    return build_images(local_base_images)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.docker.containers import BUILD_REPORT
+
+    if BUILD_REPORT:
+        terminalreporter.write_sep("-", "container images built in this run")
+        for line in BUILD_REPORT:
+            terminalreporter.write_line(line)

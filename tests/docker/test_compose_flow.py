@@ -1,6 +1,7 @@
 """The compose file's own commands, environment and start order, run as local processes (see
 tests/docker/compose_local.py for what is and is not replaced), and docker/healthcheck.py against
-real daemons. This is what can be shown of the container flow on a machine without a Docker engine."""
+real daemons: the compose flow without a Docker engine, quick to run (the container tier,
+tests/docker/test_containers_e2e.py, runs the same file in containers)."""
 
 from __future__ import annotations
 

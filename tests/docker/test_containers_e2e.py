@@ -1,128 +1,229 @@
-"""The real thing, where a Docker engine is reachable: build the images, bring docker/compose.yaml up
-with testcontainers' DockerCompose (init, PostgreSQL, coordinator, three signers, two verifiers,
-enrolment), run the demo flow in its own container, restart a signer and check that its state
-survived, and tear everything down with its volumes.
+"""The real containers, on the LOCAL STAND-IN base image (docker/local-base/build.sh): everything above
+the base is docker/Dockerfile itself, built with ``--build-arg PYTHON_IMAGE=<local base>``, and the
+mesh is docker/compose.yaml on host networking (tests/docker/compose_host.py says what that changes).
 
-Without an engine (``docker info`` fails, as on this project's machines) the test SKIPS and says
-so; tests/docker/test_compose_flow.py then runs the same compose commands as local processes.
+The compose mesh: PostgreSQL (the local stand-in postgres image, on its own loopback port, never the
+machine's 5432), init, coordinator, three signers, two verifier replicas, enrolment; then the demo
+flow through it, a crash and automatic restart of one verifier container, and the replay of the path
+accepted before the crash, which both replicas must still refuse.
+
+Run by ``make containers`` (docker/engine.sh starts an engine with host networking only). Where no
+engine is reachable these tests skip and say why; under that target they fail instead.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
-import shutil
+import signal
 import subprocess
+import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.docker.conftest import DOCKER_DIR
+from tests.docker.compose_host import DEMO_OUT, LOOPBACK, HostNetworkCompose, host_network_variant, raw_compose
+from tests.docker.conftest import RUNTIME_UID
+from tests.docker.containers import compose_command, docker, inspect
 from tests.ports import free_port
 
-pytestmark = pytest.mark.daemons
+pytestmark = [pytest.mark.containers, pytest.mark.slow]
 
-PORT_VARIABLES = [
-    f"MESH_{kind}_{service}"
-    for kind in ("PORT", "METRICS_PORT")
-    for service in ("COORDINATOR", "SIGNER_A", "SIGNER_B", "SIGNER_C", "VERIFIER_1", "VERIFIER_2")
-]
+DAEMONS = ("coordinator", "signer-a", "signer-b", "signer-c", "verifier-1", "verifier-2")
+SAVED_PATH = f"{DEMO_OUT}/accepted-path.bin"
 
 
-def docker_engine_problem() -> str | None:
-    """Why the end-to-end test cannot run here, or None when it can."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return "no docker CLI on PATH"
-    try:
-        info = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=30, check=False)
-    except subprocess.TimeoutExpired:
-        return "`docker info` did not answer within 30 s"
-    if info.returncode != 0:
-        reason = (info.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"no Docker engine reachable (`docker info` failed: {reason})"
-    compose = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=30, check=False)
-    if compose.returncode != 0:
-        return "the docker CLI has no compose plugin (`docker compose version` failed)"
-    return None
+# --- the image ------------------------------------------------------------------------------------
+
+
+def test_image_on_local_base_image_is_non_root_with_the_grpc_health_check(
+    countersign_images: dict[str, str], local_base_images: Any
+) -> None:
+    runtime = countersign_images["runtime"]
+    assert inspect(runtime, "{{.Config.User}}") == f"{RUNTIME_UID}:{RUNTIME_UID}"
+    assert inspect(runtime, "{{json .Config.Healthcheck.Test}}") == (
+        '["CMD","/opt/countersign/bin/python","/usr/local/lib/countersign/healthcheck.py"]'
+    )
+    assert inspect(runtime, "{{json .Config.Entrypoint}}") == '["countersign"]'
+    # The stand-in base is the one the build was given (its recipe label is inherited).
+    assert (
+        inspect(runtime, '{{index .Config.Labels "io.countersign.local-base.recipe"}}')
+        == (local_base_images.python.rsplit("-", 1)[1])
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return docker("run", "--rm", "--network", "host", *args, timeout=120, check=False)
+
+    help_text = run(runtime, "--help")
+    assert help_text.returncode == 0 and "coordinator" in help_text.stdout, help_text.stdout + help_text.stderr
+    who = run("--entrypoint", "id", runtime)
+    assert who.stdout.split()[0] == f"uid={RUNTIME_UID}(countersign)", who.stdout
+    # No installer is left in the runtime venv, and the sources are not in the image.
+    probe = run(
+        "--entrypoint",
+        "/opt/countersign/bin/python",
+        runtime,
+        "-c",
+        "import importlib.util as u; print(u.find_spec('pip') is None, u.find_spec('countersign_cli') is not None)",
+    )
+    assert probe.stdout.split() == ["True", "True"], probe.stdout + probe.stderr
+    listing = run("--entrypoint", "ls", runtime, "/")
+    assert "src" not in listing.stdout.split(), listing.stdout
+    # The health probe says "not serving" (exit 1) when no daemon runs, in one line.
+    health = run("--entrypoint", "/opt/countersign/bin/python", runtime, "/usr/local/lib/countersign/healthcheck.py")
+    assert health.returncode == 1 and health.stdout.startswith("unhealthy:"), health.stdout + health.stderr
+
+
+# --- the compose mesh -------------------------------------------------------------------------------
+
+
+@dataclass
+class ComposeMesh:
+    command: list[str]
+    project: str
+    file: Path
+    variant: HostNetworkCompose
+    environment: dict[str, str]
+
+    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.command, "--project-name", self.project, "--file", str(self.file), *args],
+            cwd=self.file.parent,
+            env=self.environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def container(self, service: str) -> str:
+        found = docker(
+            "ps",
+            "--all",
+            "--quiet",
+            "--filter",
+            f"label=com.docker.compose.project={self.project}",
+            "--filter",
+            f"label=com.docker.compose.service={service}",
+            timeout=60,
+        ).stdout.split()
+        assert len(found) == 1, f"{service}: containers {found}"
+        return found[0]
+
+    def demo(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        """The demo service's own command (its host-network addresses), plus ``extra``."""
+        command = self.variant.document["services"]["demo"]["command"]
+        return self("--profile", "demo", "run", "--rm", "-T", "demo", *command, *extra, timeout=300)
+
+    def logs(self) -> str:
+        return self("logs", "--no-color", "--tail", "40", timeout=120).stdout
+
+    def wait_healthy(self, services: tuple[str, ...], timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            states = {s: inspect(self.container(s), "{{.State.Status}}/{{.State.Health.Status}}") for s in services}
+            if all(state == "running/healthy" for state in states.values()):
+                return
+            time.sleep(1)
+        raise AssertionError(f"not healthy after {timeout_s} s: {states}\n{self.logs()}")
 
 
 @pytest.fixture
-def compose_environment(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """A project name and host ports of its own, so runs never collide with each other or a dev mesh."""
-    values = {"COMPOSE_PROJECT_NAME": f"countersign-e2e-{uuid.uuid4().hex[:8]}"}
-    values |= {name: str(free_port()) for name in PORT_VARIABLES}
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-    return values
+def compose_mesh(tmp_path: Path, countersign_images: dict[str, str], local_base_images: Any) -> Iterator[ComposeMesh]:
+    command = compose_command()
+    if command is None:
+        pytest.fail("no Compose here: neither `docker compose` nor `docker-compose` (docker/requirements.sh)")
+    demo_out = tmp_path / "demo-out"
+    demo_out.mkdir()
+    os.chown(demo_out, RUNTIME_UID, RUNTIME_UID)  # the demo job runs as the image's user
+    variant = host_network_variant(raw_compose(), free_port, demo_out=str(demo_out))
+    file = tmp_path / "compose.host.yaml"
+    file.write_text(variant.to_yaml())
+    environment = {
+        **os.environ,
+        "COUNTERSIGN_IMAGE": countersign_images["runtime"],
+        "COUNTERSIGN_DEV_MESH_IMAGE": countersign_images["dev-mesh"],
+        "POSTGRES_IMAGE": local_base_images.postgres,
+    }
+    mesh = ComposeMesh(command, f"countersign-e2e-{uuid.uuid4().hex[:8]}", file, variant, environment)
+    try:
+        yield mesh
+    finally:
+        down = mesh("--profile", "demo", "down", "--volumes", "--remove-orphans", "--timeout", "20", timeout=300)
+        assert down.returncode == 0, down.stdout + down.stderr
 
 
-def compose(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["docker", "compose", "--file", "compose.yaml", *args],
-        cwd=DOCKER_DIR,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=os.environ.copy(),
-    )
+def listening_addresses(port: int) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Local addresses of the TCP listeners on ``port`` (host networking: the host's own sockets);
+    an IPv4-mapped IPv6 address (gRPC's dual-stack socket) counts as its IPv4 address."""
+    result = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, timeout=30, check=True)
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    for line in result.stdout.splitlines():
+        if line.strip():
+            address = ipaddress.ip_address(line.split()[3].rsplit(":", 1)[0].strip("[]"))
+            mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+            found.add(mapped or address)
+    return found
 
 
-@pytest.mark.slow
-def test_containers_end_to_end_requires_docker_engine(compose_environment: dict[str, str]) -> None:
-    problem = docker_engine_problem()
-    if problem is not None:
-        pytest.skip(f"{problem}: the container end-to-end test needs a Docker engine with compose")
-    from testcontainers.compose import DockerCompose
+def test_compose_mesh_on_local_base_image_survives_a_verifier_crash(compose_mesh: ComposeMesh) -> None:
+    mesh = compose_mesh
+    up = mesh("up", "--detach", timeout=600)
+    assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{mesh.logs()}"
+    mesh.wait_healthy(DAEMONS)
 
-    # up --build --detach: builds both targets of docker/Dockerfile, then starts the default services.
-    stack = DockerCompose(DOCKER_DIR, compose_file_name="compose.yaml", build=True, wait=False)
-    with stack:
-        # The demo's depends_on waits for enrol to finish and every daemon to report healthy.
-        demo = compose("--profile", "demo", "run", "--rm", "demo")
-        logs = "" if demo.returncode == 0 else "\n".join(stack.get_logs())
-        assert demo.returncode == 0, f"{demo.stdout}\n{demo.stderr}\n{logs}"
-        assert "all outcomes as expected" in demo.stdout
-        assert "REJECT NONCE_REPLAYED" in demo.stdout
+    # Every daemon: the built image, its non-root user, hardened, host networking on loopback only.
+    for service in DAEMONS:
+        container = mesh.container(service)
+        assert inspect(container, "{{.Config.Image}}") == mesh.environment["COUNTERSIGN_IMAGE"], service
+        assert inspect(container, "{{.Config.User}}") == f"{RUNTIME_UID}:{RUNTIME_UID}", service
+        assert inspect(container, "{{.HostConfig.NetworkMode}} {{.HostConfig.ReadonlyRootfs}}") == "host true"
+        assert inspect(container, "{{json .HostConfig.CapDrop}}") == '["ALL"]', service
+    for (service, _), port in mesh.variant.ports.items():
+        if service in (*DAEMONS, "postgres"):
+            assert listening_addresses(port) == {ipaddress.ip_address(LOOPBACK)}, (service, port)
+    for service in ("init", "enrol"):
+        assert inspect(mesh.container(service), "{{.State.Status}} {{.State.ExitCode}}") == "exited 0", service
 
-        for service in ("coordinator", "signer-a", "signer-b", "signer-c", "verifier-1", "verifier-2"):
-            container = stack.get_container(service)
-            assert container.State == "running", service
-            inspect = subprocess.run(
-                ["docker", "inspect", "--format", "{{.State.Health.Status}} {{.Config.User}}", container.ID],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            health, user = inspect.stdout.split()
-            assert health == "healthy" and user == "10001:10001", (service, inspect.stdout)
-            for publisher in container.Publishers or []:
-                if publisher.PublishedPort:
-                    assert publisher.URL in ("127.0.0.1", None), (service, publisher)
+    # The demo flow through the mesh: two co-signed cross-deployer edges, accept on verifier-1, the
+    # replay refused on verifier-2 (the shared PostgreSQL nonce store), substituted output rejected.
+    demo = mesh.demo("--save-path", SAVED_PATH)
+    assert demo.returncode == 0, f"{demo.stdout}\n{demo.stderr}\n{mesh.logs()}"
+    assert "all outcomes as expected" in demo.stdout, demo.stdout
+    assert "REJECT NONCE_REPLAYED" in demo.stdout and "REJECT OUTPUT_MISMATCH" in demo.stdout, demo.stdout
 
-        # A signer restarted keeps its SQLite state and registry copy (its volume), and the mesh
-        # still delegates through it: the demo runs again.
-        restarted = compose("restart", "signer-b", timeout=120)
-        assert restarted.returncode == 0, restarted.stderr
-        again = compose("--profile", "demo", "run", "--rm", "demo")
-        assert again.returncode == 0, f"{again.stdout}\n{again.stderr}"
-        state = compose("exec", "-T", "signer-b", "ls", "/var/lib/countersign", timeout=60)
-        assert "signer.db" in state.stdout and "registry.json" in state.stdout, state.stdout + state.stderr
+    # verifier-1 crashes (SIGKILL to its daemon, not `docker stop`): the restart policy brings it back.
+    verifier = mesh.container("verifier-1")
+    restarts = int(inspect(verifier, "{{.RestartCount}}"))
+    os.kill(int(inspect(verifier, "{{.State.Pid}}")), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while int(inspect(verifier, "{{.RestartCount}}")) == restarts:
+        assert time.monotonic() < deadline, f"verifier-1 was not restarted:\n{mesh.logs()}"
+        time.sleep(0.5)
+    mesh.wait_healthy(("verifier-1",))
 
-        # SIGTERM drains and exits 0.
-        stopped = compose("stop", "verifier-2", timeout=120)
-        assert stopped.returncode == 0, stopped.stderr
-        code = subprocess.run(
-            ["docker", "inspect", "--format", "{{.State.ExitCode}}", stack.get_container("verifier-2", True).ID],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        assert code.stdout.strip() == "0", code.stdout
+    # The path accepted before the crash is still a replay, on the restarted replica and the other.
+    replicas = ",".join(mesh.variant.address(v, 7402) for v in ("verifier-1", "verifier-2"))
+    replay = mesh("--profile", "demo", "run", "--rm", "-T", "--no-deps", "demo", "--verifiers", replicas,
+                  "--tls-dir", "/run/countersign/demo", "--replay", SAVED_PATH, timeout=120)  # fmt: skip
+    assert replay.returncode == 0, f"{replay.stdout}\n{replay.stderr}\n{mesh.logs()}"
+    assert replay.stdout.count("REJECT NONCE_REPLAYED") == 2 and "every replay refused" in replay.stdout
 
+    # The restarted replica still accepts new work: the whole demo again.
+    again = mesh.demo()
+    assert again.returncode == 0 and "all outcomes as expected" in again.stdout, again.stdout + again.stderr
 
-def test_engine_probe_explains_itself() -> None:
-    problem = docker_engine_problem()
-    assert problem is None or problem.startswith(("no docker CLI", "no Docker engine", "`docker info`", "the docker"))
+    # A signer restarted by compose keeps its state (its volume), and SIGTERM drains and exits 0.
+    restarted = mesh("restart", "signer-b", timeout=120)
+    assert restarted.returncode == 0, restarted.stderr
+    mesh.wait_healthy(("signer-b",))
+    state = mesh("exec", "-T", "signer-b", "ls", "/var/lib/countersign", timeout=60)
+    assert {"signer.db", "registry.json"} <= set(state.stdout.split()), state.stdout + state.stderr
+    stopped = mesh("stop", "verifier-2", timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert inspect(mesh.container("verifier-2"), "{{.State.Status}} {{.State.ExitCode}}") == "exited 0"
