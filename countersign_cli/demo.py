@@ -51,7 +51,9 @@ OUTPUTS = (
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser("demo", help="run the local mesh demonstration (make demo)")
     demo.add_argument("--offline", action="store_true", help="in one process, without daemons")
-    demo.add_argument("--export", help="leave the final path, output, registry export and operator key here")
+    demo.add_argument(
+        "--export", help="leave the final path, output, registry export, operator key and verifier store here"
+    )
     demo.add_argument("--workdir", help="keep the mesh's keys, configs, state and logs here (default: temporary)")
     demo.add_argument("--plaintext", action="store_true", help="mTLS off (loopback only)")
     demo.set_defaults(handler=cmd_demo)
@@ -277,9 +279,26 @@ def export_evidence(mesh: object, out: FilePath, path: Path, output: bytes) -> N
     (out / "operator.pub.json").write_text(
         json.dumps({"key_id": operator_key.key_id, "public_key": b64url_encode(operator_key.raw)}) + "\n"
     )
-    print(f"\nexported to {out}: path.json output.bin registry.json registry-log.json operator.pub.json")
+    state = mesh.workdir / "state" / "verifier-0.db"
+    if state.exists():  # the verifier's store, verdict log included, for `countersign impact`
+        import sqlite3
+
+        source, copy = sqlite3.connect(state), sqlite3.connect(out / "verifier-state.db")
+        try:
+            source.backup(copy)  # a consistent copy of a database the verifier is still writing
+        finally:
+            copy.close()
+            source.close()
+    print(
+        f"\nexported to {out}: path.json output.bin registry.json registry-log.json operator.pub.json"
+        + (" verifier-state.db" if state.exists() else "")
+    )
     print(f"  check offline: countersign verify --path {out}/path.json --output {out}/output.bin "
           f"--registry {out}/registry.json --audit")  # fmt: skip
+    if state.exists():
+        print(
+            f"  what relied on a key: countersign impact --key KEY_ID --state sqlite:///{out.resolve()}/verifier-state.db"
+        )
 
 
 # --- the offline demo --------------------------------------------------------------------------

@@ -107,3 +107,33 @@ def test_inspect_verify_and_the_report_on_the_demo_evidence(export: FilePath) ->
     assert len(page.with_class("g", "record")) == 4
     assert not page.with_class("g", "offending")
     assert len(page.with_class("tr", "receipt")) == 1
+
+
+def test_impact_on_the_demo_verifier_store_lists_what_relied_on_a_key(export: FilePath) -> None:
+    """The exported verifier store holds the demo's verdict log: deployer-d's revoked key reached the
+    paths audited before the revocation, and the Writer's key the final path, each to revalidate."""
+    registry = json.loads((export / "registry.json").read_text())["deployers"]
+    state = f"sqlite:///{export / 'verifier-state.db'}"
+    (d_key,) = registry["deployer-d"]["keys"]
+    revoked = cli("impact", "--key", d_key["key_id"], "--state", state, "--json")
+    assert revoked.returncode == 0, revoked.stdout + revoked.stderr
+    report = json.loads(revoked.stdout)
+    assert report["verdicts"], "the paths audited before the revocation relied on deployer-d's key"
+    assert {v["status"] for v in report["verdicts"]} == {"NEEDS_REVALIDATION"}
+    assert {v["result"] for v in report["verdicts"]} == {"ACCEPT"}
+
+    final = Path.from_bytes((export / "path.json").read_bytes())
+    writer_key = final.leaf.key_id
+    writer = json.loads(cli("impact", "--key", writer_key, "--state", state, "--json").stdout)
+    leaf = final.leaf.digest()
+    assert any(leaf in verdict["records"] for verdict in writer["verdicts"])
+    impact_file = export / "impact.json"
+    impact_file.write_text(json.dumps(writer))
+    page_file = export / "impact.html"
+    result = cli(
+        "report", "--path", str(export / "path.json"), "--output", str(export / "output.bin"), *log_args(export),
+        "--at-evidence-time", "--impact", str(impact_file), "--html", str(page_file),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    flagged = {g["data-index"] for g in Page(page_file.read_text()).with_class("g", "needs-revalidation")}
+    assert str(len(final) - 1) in flagged  # the Writer's receipt, signed by the key asked about
