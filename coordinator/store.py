@@ -11,7 +11,7 @@ import threading
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from countersign._daemon.sqlite import open_sqlite
+from countersign._daemon.sqlite import open_sqlite, sqlite_file
 from countersign.errors import ConfigError
 
 
@@ -69,9 +69,11 @@ class SqliteLogStore:
 def open_log_store(url: str) -> LogStore:
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
-        if parts.netloc or not parts.path:
-            raise ConfigError(f"log_store must look like sqlite:///path/registry.db, got {url!r}")
-        return SqliteLogStore(parts.path)
+        path = sqlite_file(url)
+        if path is None:
+            shapes = "sqlite:///relative/registry.db or sqlite:////absolute/registry.db"
+            raise ConfigError(f"log_store must look like {shapes}, got {url!r}")
+        return SqliteLogStore(path)
     if parts.scheme in ("postgresql", "postgres"):
         from coordinator.postgres_store import PostgresLogStore
 

@@ -63,8 +63,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.offline:
         return run_offline_demo()
     return run_mesh_demo(
-        export=None if args.export is None else FilePath(args.export),
-        workdir=None if args.workdir is None else FilePath(args.workdir),
+        export=None if args.export is None else FilePath(args.export).absolute(),
+        workdir=None if args.workdir is None else FilePath(args.workdir).absolute(),  # daemons run elsewhere
         tls=not args.plaintext,
     )
 

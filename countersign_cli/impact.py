@@ -25,7 +25,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     what.add_argument("--record", metavar="DIGEST", help="this record (sha256:...)")
     what.add_argument("--deployer", metavar="NAME", help="records this deployer issued or co-signed")
     impact.add_argument("--since", metavar="T", help="only verdicts from T on: ms since the epoch, or ISO 8601")
-    impact.add_argument("--state", required=True, help="the verifier's store URL, e.g. sqlite:///verifier.db")
+    impact.add_argument(
+        "--state",
+        required=True,
+        help="the verifier's store URL: sqlite:///verifier.db (relative to here) or sqlite:////abs/verifier.db",
+    )
     impact.add_argument("--json", action="store_true", help="print the report as JSON")
     impact.add_argument("--mark", action="store_true", help="also flag the verdicts in the log")
     impact.set_defaults(handler=cmd_impact)

@@ -48,7 +48,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
     verify.add_argument("--insecure-loopback", action="store_true", help="with --verifier: plaintext, loopback only")
     verify.add_argument("--audit", action="store_true", help="check without consuming the leaf nonce")
-    verify.add_argument("--state", default="memory:", help="durable state URL, e.g. sqlite:///state.db")
+    verify.add_argument(
+        "--state",
+        default="memory:",
+        help="durable state URL: sqlite:///state.db (relative to here), sqlite:////abs/state.db, postgresql://…",
+    )
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     audit.add_time_and_log_arguments(verify)
     verify.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)

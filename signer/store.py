@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
-from urllib.parse import urlsplit
 
-from countersign._daemon.sqlite import open_sqlite
+from countersign._daemon.sqlite import open_sqlite, sqlite_file
 from countersign.cosigning import Grant
 from countersign.errors import ConfigError, StateUnavailable
 
@@ -57,20 +56,22 @@ __all__ = ["Grant", "SignerStore", "Transaction"]
 class SignerStore:
     def __init__(self, url: str, on_commit: Callable[[bool, float], None] | None = None) -> None:
         """``on_commit(durable, seconds)`` is told how long each successful commit took."""
-        parts = urlsplit(url)
-        if parts.scheme != "sqlite" or parts.netloc or not parts.path:
-            raise ConfigError(f"state_url must look like sqlite:///path/signer.db, got {url!r}")
+        path = sqlite_file(url)
+        if path is None:
+            raise ConfigError(
+                f"state_url must look like sqlite:///relative/signer.db or sqlite:////absolute/signer.db, got {url!r}"
+            )
         self._lock = threading.Lock()
         self._on_commit = on_commit
         try:
-            self._db = open_sqlite(parts.path)
+            self._db = open_sqlite(path)
             self._create_schema()
             # A second connection for commits that need not survive power loss (see ``transaction``):
             # the sync mode is per connection, so neither ever switches it.
-            self._fast = open_sqlite(parts.path)
+            self._fast = open_sqlite(path)
             self._fast.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
-            raise ConfigError(f"cannot open signer state {parts.path}: {exc}") from None
+            raise ConfigError(f"cannot open signer state {path}: {exc}") from None
 
     def _create_schema(self) -> None:
         """Create what is missing; a file from before ``child_counts`` existed gets it counted once, and

@@ -28,3 +28,20 @@ def open_sqlite(path: str, *, busy_timeout_ms: int = 5_000) -> sqlite3.Connectio
     # come back); WAL keeps that to one fsync per commit.
     db.execute("PRAGMA synchronous=FULL")
     return db
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a ``sqlite:`` URL names, as an absolute path; None if the URL is not a file URL.
+
+    Read as SQLAlchemy and most tools read it: ``sqlite:///state.db`` is ``state.db`` in the working
+    directory (three slashes, then a relative path) and ``sqlite:////var/lib/x.db`` the absolute
+    ``/var/lib/x.db`` (four). The path is resolved when the URL is read, so a daemon or command that
+    changes directory later keeps the same file.
+    """
+    from pathlib import Path
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
+        return None
+    return str(Path(unquote(parts.path[1:])).absolute())

@@ -12,13 +12,16 @@ import pytest
 pytestmark = pytest.mark.daemons
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, timeout=180)
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, timeout=180, cwd=cwd
+    )
 
 
 def test_mesh_demo_shows_every_outcome_and_exports_checkable_evidence(tmp_path: Path) -> None:
     export = tmp_path / "export"
-    result = run("demo", "--export", str(export), "--workdir", str(tmp_path / "work"))
+    # Relative paths, as a user types them: they used to resolve against / in the daemons.
+    result = run("demo", "--export", "export", "--workdir", "work", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     out = result.stdout
@@ -36,7 +39,7 @@ def test_mesh_demo_shows_every_outcome_and_exports_checkable_evidence(tmp_path: 
     shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
     assert shutdown.count("exit 0") == 5
     assert {p.name for p in export.iterdir()} == {
-        "path.json", "output.bin", "registry.json", "registry-log.json", "operator.pub.json",
+        "path.json", "output.bin", "registry.json", "registry-log.json", "operator.pub.json", "verifier-state.db",
     }  # fmt: skip
     offline = run(
         "verify", "--path", str(export / "path.json"), "--output", str(export / "output.bin"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from countersign._daemon.sqlite import sqlite_file
 from countersign.errors import CountersignError
 from countersign.state import InMemoryState, VerifierStore
 
@@ -23,10 +24,12 @@ class StoreConfigError(CountersignError, ValueError):
 def _sqlite(url: str) -> VerifierStore:
     from verifier.stores.sqlite import SqliteState
 
-    parts = urlsplit(url)
-    if parts.netloc or not parts.path:
-        raise StoreConfigError(f"SQLite URL must look like sqlite:///path/to/state.db, got {url!r}")
-    return SqliteState(parts.path)
+    path = sqlite_file(url)
+    if path is None:
+        raise StoreConfigError(
+            f"SQLite URL must look like sqlite:///relative/state.db or sqlite:////absolute/state.db, got {url!r}"
+        )
+    return SqliteState(path)
 
 
 def _memory(url: str) -> VerifierStore:
