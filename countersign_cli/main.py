@@ -40,6 +40,15 @@ EXTRA_OF_PACKAGE = {
 DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("countersign")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from countersign_cli import audit, demo, impact, offline, services
 
@@ -47,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="countersign",
         description="Evidence for multi-agent delegation: output attestation and co-signed lineage.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     offline.register(commands)
     demo.register(commands)

@@ -203,6 +203,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.unsafe_allow_baselines
         else VerifierPolicy(clock_skew_ms=args.clock_skew_ms)
     )
+    accept_mode = not (args.audit or args.at_evidence_time)
+    if accept_mode and args.state == "memory:":
+        # Accept mode consumes the leaf nonce, but a memory: store forgets it when the command ends.
+        print(
+            "countersign verify: note: accept mode with --state memory: keeps nothing, so the same path is "
+            "accepted again next time; use --state sqlite:///state.db to remember consumed nonces, or --audit",
+            file=sys.stderr,
+        )
     try:
         state = open_store(args.state)
     except StoreConfigError as exc:

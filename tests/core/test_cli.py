@@ -199,3 +199,21 @@ def test_key_material_never_reaches_stdout_or_stderr(sample: Path) -> None:
     for result in outputs:
         for seed in seeds:
             assert seed not in result.stdout + result.stderr
+
+
+def test_accept_mode_without_durable_state_says_it_keeps_nothing(sample: Path, tmp_path: Path) -> None:
+    """A second run of the same path is accepted again with the default memory: store: say so."""
+    first, second = verify(sample), verify(sample)
+    assert (first.returncode, second.returncode) == (0, 0)
+    assert "keeps nothing" in first.stderr and "--state sqlite:///state.db" in first.stderr
+    assert "keeps nothing" not in verify(sample, "--audit").stderr
+    durable = verify(sample, "--state", f"sqlite:///{tmp_path}/state.db")
+    assert "keeps nothing" not in durable.stderr
+
+
+def test_version_names_the_installed_package() -> None:
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"countersign {version('countersign')}"
