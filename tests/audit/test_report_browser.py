@@ -28,7 +28,7 @@ from tests.audit.material import (
 )
 from tests.audit.test_report import Page
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.daemons, pytest.mark.browser, pytest.mark.slow]  # starts Chromium
 
 ARTIFACTS = FilePath(__file__).parents[1] / "artifacts"
 CHROMIUM_FLAGS = (

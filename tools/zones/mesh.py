@@ -63,7 +63,7 @@ METRICS_OFFSET = 2000
 ROUTE_BASE_PORT = 8100
 ECHO_PORT = 8999
 ECHO_ROUTE_BASE_PORT = 8900
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # tools/zones/mesh.py -> the repository
 
 
 def kind_of(name: str) -> str:
