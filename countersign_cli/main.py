@@ -7,6 +7,7 @@ unreadable input. Errors are one clear line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Libraries (psycopg's pool, botocore) log their retries; with no handler configured, Python prints
+    # them to stderr beside our one-line error. Commands report failures themselves; a daemon's
+    # ``serve`` installs its own JSON log handlers.
+    logging.getLogger().addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Command = args.handler

@@ -245,13 +245,16 @@ def verify_remotely(args: argparse.Namespace, path_bytes: bytes, output: bytes) 
     """Ask a verifier service; print the same verdict object as offline verification."""
     from countersign.client import VerifierClient
     from countersign.client.errors import ServiceError
-    from countersign_cli.services import client_tls
+    from countersign_cli.services import client_tls, transport_hint
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))
     try:
         result = client.verify(path_bytes, output, audit=args.audit).result
     except ServiceError as exc:
-        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}") from None
+        hint = (
+            transport_hint(args.insecure_loopback, str(exc)) if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
+        )
+        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}") from None
     finally:
         client.close()
     print(json.dumps(result.to_json()))

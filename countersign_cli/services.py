@@ -121,8 +121,35 @@ def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
         tls.validate("client")
         require_loopback(tls, {"address": address})
     except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(in_flag_words(str(exc))) from None
     return tls
+
+
+# What a TLS setting is called on the command line (the config's words would send a user to a file).
+_FLAG_OF_SETTING = (
+    ("client: ", ""),
+    (" (or tls.ca_pem)", ""), (" (or tls.cert_pem)", ""), (" (or tls.key_pem)", ""),
+    ("tls.insecure_loopback", "--insecure-loopback"), ("tls.ca", "--ca"), ("tls.cert", "--cert"),
+    ("tls.key", "--tls-key"),
+)  # fmt: skip
+
+
+def in_flag_words(message: str) -> str:
+    """A TLS configuration message with each setting named by its command-line flag."""
+    for setting, flag in _FLAG_OF_SETTING:
+        message = message.replace(setting, flag)
+    return message
+
+
+def transport_hint(insecure_loopback: bool, message: str) -> str:
+    """Why a daemon may not answer: nothing listens there, or plaintext and mTLS do not meet."""
+    if "Connection refused" in message:
+        return " (nothing is listening at that address)"
+    if insecure_loopback:
+        return " (is it serving mTLS? then give --ca, --cert and --tls-key instead of --insecure-loopback)"
+    return (
+        " (is it running, and serving mTLS with a certificate of this CA? a plaintext daemon needs --insecure-loopback)"
+    )
 
 
 # --- serve -------------------------------------------------------------------------------------
