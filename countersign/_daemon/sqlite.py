@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from countersign.errors import ConfigError
+
 
 def open_sqlite(path: str, *, busy_timeout_ms: int = 5_000) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit) with WAL and ``synchronous=FULL``.
@@ -36,7 +38,8 @@ def sqlite_file(url: str) -> str | None:
     Read as SQLAlchemy and most tools read it: ``sqlite:///state.db`` is ``state.db`` in the working
     directory (three slashes, then a relative path) and ``sqlite:////var/lib/x.db`` the absolute
     ``/var/lib/x.db`` (four). The path is resolved when the URL is read, so a daemon or command that
-    changes directory later keeps the same file.
+    changes directory later keeps the same file. Raises ConfigError when the URL named an existing
+    file under the earlier reading (three slashes, absolute) and names none now.
     """
     from pathlib import Path
     from urllib.parse import unquote, urlsplit
@@ -44,4 +47,13 @@ def sqlite_file(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
         return None
-    return str(Path(unquote(parts.path[1:])).absolute())
+    relative = unquote(parts.path[1:])
+    path = Path(relative).absolute()
+    earlier = Path("/" + relative)  # what releases before this one opened: the same path, absolute
+    if not relative.startswith("/") and not path.exists() and earlier.exists():
+        # Refuse rather than start on an empty file: a fresh store forgets consumed nonces and spent grants.
+        raise ConfigError(
+            f"{url} now means {path} (three slashes: relative to the working directory), which does not exist, "
+            f"while {earlier} does: to keep using it, write sqlite:///{earlier}"
+        )
+    return str(path)

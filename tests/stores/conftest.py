@@ -228,15 +228,15 @@ class SqliteHarness(StoreHarness):
         self._fresh = 0
 
     def open(self) -> VerifierState:
-        return self._track(open_store(f"sqlite://{self.path}"))
+        return self._track(open_store(f"sqlite:///{self.path}"))
 
     def open_many_concurrently(self, n: int) -> list[VerifierState]:
         path = self.directory / f"concurrent-{uuid.uuid4().hex[:8]}.db"
-        return [self._track(s) for s in _concurrently(n, lambda: open_store(f"sqlite://{path}"))]
+        return [self._track(s) for s in _concurrently(n, lambda: open_store(f"sqlite:///{path}"))]
 
     def fresh(self) -> VerifierState:
         self._fresh += 1
-        return self._track(open_store(f"sqlite://{self.directory / f'fresh-{self._fresh}.db'}"))
+        return self._track(open_store(f"sqlite:///{self.directory / f'fresh-{self._fresh}.db'}"))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

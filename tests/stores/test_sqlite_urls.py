@@ -55,3 +55,19 @@ def test_a_bad_url_is_one_clear_error() -> None:
         SignerStore("sqlite://host/x.db")
     with pytest.raises(ConfigError, match="sqlite:////absolute"):
         open_log_store("sqlite://host/x.db")
+
+
+def test_a_url_whose_meaning_changed_is_refused_while_the_earlier_file_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier releases read ``sqlite:///x`` as the absolute ``/x``. A daemon upgraded with such a URL
+    must not start on a new, empty store (a fresh store forgets consumed nonces and spent grants)."""
+    earlier = tmp_path / "state.db"
+    earlier.write_bytes(b"")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    url = f"sqlite://{earlier}"  # three slashes in all: relative to the working directory now
+    with pytest.raises(ConfigError, match="to keep using it, write sqlite:///"):
+        sqlite_file(url)
+    assert sqlite_file(f"sqlite:///{earlier}") == str(earlier)

@@ -39,7 +39,7 @@ CONCURRENT_BACKENDS = [
 @pytest.fixture(params=CONCURRENT_BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'shared.db'}"
+        url = f"sqlite:///{tmp_path / 'shared.db'}"
     else:
         schemas: PostgresSchemas = request.getfixturevalue("pg_schemas")
         url = schemas.url(schemas.new())

@@ -32,7 +32,7 @@ def test_package_imports_and_serves_without_the_optional_extras(tmp_path: Path) 
             sys.modules[name] = None  # import of these now fails
         from verifier.stores import StoreConfigError, open_store
         open_store("memory:").close()
-        open_store("sqlite://{tmp_path / "x.db"}").close()
+        open_store("sqlite:///{tmp_path / "x.db"}").close()
         for url, extra in (("postgresql://u@h/db", "postgres"), ("dynamodb://t?region=r", "aws")):
             try:
                 open_store(url)
