@@ -16,8 +16,9 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from countersign._daemon.sqlite import open_sqlite
-from countersign.cosigning import Grant
+from countersign.cosigning import Grant, SessionState
 from countersign.errors import ConfigError, StateUnavailable
+from countersign.records import StreamUnit
 
 # ``issued`` and ``proposals`` hold whole paths (kilobytes a row), so they are ordinary rowid tables:
 # SQLite's guidance keeps WITHOUT ROWID for rows under about a twentieth of a page. The child's two
@@ -34,14 +35,24 @@ SCHEMA = (
     " ON CONFLICT (parent) DO UPDATE SET count = count + 1; END",
     "CREATE TABLE IF NOT EXISTS grants (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_deployer TEXT NOT NULL,"
     " expires_ms INTEGER NOT NULL, manifest_digest TEXT, parent_cosig TEXT) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL)"
-    " WITHOUT ROWID",
+    # A session's last receipt, the agent record it belongs to, whether it is closed and its stream's
+    # unit and n (docs/spec.md 16.6): a restarted signer neither reuses a seq nor reopens a session.
+    "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL,"
+    " agent TEXT, closed INTEGER NOT NULL DEFAULT 0, stream_unit TEXT, stream_n INTEGER) WITHOUT ROWID",
     # The child side's proposal under each grant, and once sealed the resulting path: a retry re-sends
     # the same edge, or gets the same path back.
     "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
     " child_cosig TEXT NOT NULL, expires_ms INTEGER NOT NULL, sealed_path BLOB)",
     "CREATE INDEX IF NOT EXISTS proposals_expiry ON proposals (expires_ms)",
 )
+
+# Columns an earlier release's ``sessions`` lacked, added on open (SQLite adds a column in place).
+_SESSION_COLUMNS = {
+    "agent": "agent TEXT",
+    "closed": "closed INTEGER NOT NULL DEFAULT 0",
+    "stream_unit": "stream_unit TEXT",
+    "stream_n": "stream_n INTEGER",
+}
 
 # Tables an earlier release made WITHOUT ROWID, rebuilt as rowid tables on open: their columns, and
 # the indexes that go with the old table and are made again by SCHEMA.
@@ -87,6 +98,10 @@ class SignerStore:
                 self._db.execute(f"ALTER TABLE {table} RENAME TO {table}_without_rowid")
             for statement in SCHEMA:
                 self._db.execute(statement)
+            present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(sessions)")}
+            for column, definition in _SESSION_COLUMNS.items():  # from the constant above, not from input
+                if column not in present:
+                    self._db.execute(f"ALTER TABLE sessions ADD COLUMN {definition}")
             for table in rebuilt:  # names and columns from the constant above, not from input
                 columns = _REBUILT_AS_ROWID[table][0]
                 self._db.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}_without_rowid")  # noqa: S608
@@ -152,6 +167,10 @@ class Transaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
+    def issued_path(self, digest: str) -> bytes | None:
+        row = self._db.execute("SELECT path FROM issued WHERE digest = ?", (digest,)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def is_issued(self, digest: str) -> bool:
         return self._db.execute("SELECT 1 FROM issued WHERE digest = ?", (digest,)).fetchone() is not None
 
@@ -211,13 +230,22 @@ class Transaction:
     def forget_expired_proposals(self, now_ms: int) -> None:
         self._db.execute("DELETE FROM proposals WHERE expires_ms < ?", (now_ms,))
 
-    def next_in_session(self, session: str) -> tuple[int, str | None]:
-        row = self._db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()
-        return (0, None) if row is None else (int(row[0]) + 1, str(row[1]))
+    def session(self, session: str) -> SessionState | None:
+        row = self._db.execute(
+            "SELECT seq, last_digest, agent, closed, stream_unit, stream_n FROM sessions WHERE session = ?", (session,)
+        ).fetchone()
+        if row is None:
+            return None
+        seq, last, agent, closed, unit, n = row
+        stream = None if unit is None else (StreamUnit(unit), int(n))
+        return SessionState(session, None if agent is None else str(agent), int(seq), str(last), bool(closed), stream)
 
-    def advance_session(self, session: str, seq: int, digest: str) -> None:
+    def store_session(self, state: SessionState) -> None:
+        unit, n = (None, None) if state.stream is None else (state.stream[0].value, state.stream[1])
         self._db.execute(
-            "INSERT INTO sessions (session, seq, last_digest) VALUES (?, ?, ?)"
-            " ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, last_digest = excluded.last_digest",
-            (session, seq, digest),
+            "INSERT INTO sessions (session, seq, last_digest, agent, closed, stream_unit, stream_n)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO UPDATE SET seq = excluded.seq,"
+            " last_digest = excluded.last_digest, agent = excluded.agent, closed = excluded.closed,"
+            " stream_unit = excluded.stream_unit, stream_n = excluded.stream_n",
+            (state.session, state.last_seq, state.last_digest, state.agent, int(state.closed), unit, n),
         )
