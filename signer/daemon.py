@@ -354,7 +354,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         limit = self._config.max_session_outputs
 
         def work(tx: Transaction) -> bytes:
-            state = tx.session(output.session)
+            state = tx.session(parent_digest, output.session)
             position = session_position(state, agent_digest=parent_digest, output=output, max_outputs=limit)
             if isinstance(position, Refusal):
                 raise refusal_error(position)

@@ -35,24 +35,21 @@ SCHEMA = (
     " ON CONFLICT (parent) DO UPDATE SET count = count + 1; END",
     "CREATE TABLE IF NOT EXISTS grants (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_deployer TEXT NOT NULL,"
     " expires_ms INTEGER NOT NULL, manifest_digest TEXT, parent_cosig TEXT) WITHOUT ROWID",
-    # A session's last receipt, the agent record it belongs to, whether it is closed and its stream's
-    # unit and n (docs/spec.md 16.6): a restarted signer neither reuses a seq nor reopens a session.
-    "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL,"
-    " agent TEXT, closed INTEGER NOT NULL DEFAULT 0, stream_unit TEXT, stream_n INTEGER) WITHOUT ROWID",
+    # Sessions as an earlier release kept them (by session id alone, across agent records): read only,
+    # so that a session continued after an upgrade does not reuse a seq.
+    "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL)"
+    " WITHOUT ROWID",
+    # A session of one agent record (docs/spec.md 16.6): its last receipt, whether it is closed, its
+    # stream's unit and n. A restarted signer neither reuses a seq nor reopens a closed session.
+    "CREATE TABLE IF NOT EXISTS agent_sessions (agent TEXT NOT NULL, session TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " last_digest TEXT NOT NULL, closed INTEGER NOT NULL, stream_unit TEXT, stream_n INTEGER,"
+    " PRIMARY KEY (agent, session)) WITHOUT ROWID",
     # The child side's proposal under each grant, and once sealed the resulting path: a retry re-sends
     # the same edge, or gets the same path back.
     "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
     " child_cosig TEXT NOT NULL, expires_ms INTEGER NOT NULL, sealed_path BLOB)",
     "CREATE INDEX IF NOT EXISTS proposals_expiry ON proposals (expires_ms)",
 )
-
-# Columns an earlier release's ``sessions`` lacked, added on open (SQLite adds a column in place).
-_SESSION_COLUMNS = {
-    "agent": "agent TEXT",
-    "closed": "closed INTEGER NOT NULL DEFAULT 0",
-    "stream_unit": "stream_unit TEXT",
-    "stream_n": "stream_n INTEGER",
-}
 
 # Tables an earlier release made WITHOUT ROWID, rebuilt as rowid tables on open: their columns, and
 # the indexes that go with the old table and are made again by SCHEMA.
@@ -98,10 +95,6 @@ class SignerStore:
                 self._db.execute(f"ALTER TABLE {table} RENAME TO {table}_without_rowid")
             for statement in SCHEMA:
                 self._db.execute(statement)
-            present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(sessions)")}
-            for column, definition in _SESSION_COLUMNS.items():  # from the constant above, not from input
-                if column not in present:
-                    self._db.execute(f"ALTER TABLE sessions ADD COLUMN {definition}")
             for table in rebuilt:  # names and columns from the constant above, not from input
                 columns = _REBUILT_AS_ROWID[table][0]
                 self._db.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}_without_rowid")  # noqa: S608
@@ -230,22 +223,28 @@ class Transaction:
     def forget_expired_proposals(self, now_ms: int) -> None:
         self._db.execute("DELETE FROM proposals WHERE expires_ms < ?", (now_ms,))
 
-    def session(self, session: str) -> SessionState | None:
+    def session(self, agent: str, session: str) -> SessionState | None:
+        """The session ``session`` of the agent record ``agent``; for one an earlier release kept (by
+        id alone), its last receipt with no agent, so that continuing it reuses no seq."""
         row = self._db.execute(
-            "SELECT seq, last_digest, agent, closed, stream_unit, stream_n FROM sessions WHERE session = ?", (session,)
+            "SELECT seq, last_digest, closed, stream_unit, stream_n FROM agent_sessions"
+            " WHERE agent = ? AND session = ?",
+            (agent, session),
         ).fetchone()
-        if row is None:
-            return None
-        seq, last, agent, closed, unit, n = row
-        stream = None if unit is None else (StreamUnit(unit), int(n))
-        return SessionState(session, None if agent is None else str(agent), int(seq), str(last), bool(closed), stream)
+        if row is not None:
+            seq, last, closed, unit, n = row
+            stream = None if unit is None else (StreamUnit(unit), int(n))
+            return SessionState(session, agent, int(seq), str(last), bool(closed), stream)
+        legacy = self._db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()
+        return None if legacy is None else SessionState(session, None, int(legacy[0]), str(legacy[1]))
 
     def store_session(self, state: SessionState) -> None:
+        assert state.agent is not None  # stored only by this release, which keys sessions by agent record
         unit, n = (None, None) if state.stream is None else (state.stream[0].value, state.stream[1])
         self._db.execute(
-            "INSERT INTO sessions (session, seq, last_digest, agent, closed, stream_unit, stream_n)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO UPDATE SET seq = excluded.seq,"
-            " last_digest = excluded.last_digest, agent = excluded.agent, closed = excluded.closed,"
-            " stream_unit = excluded.stream_unit, stream_n = excluded.stream_n",
-            (state.session, state.last_seq, state.last_digest, state.agent, int(state.closed), unit, n),
+            "INSERT INTO agent_sessions (agent, session, seq, last_digest, closed, stream_unit, stream_n)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, session) DO UPDATE SET seq = excluded.seq,"
+            " last_digest = excluded.last_digest, closed = excluded.closed, stream_unit = excluded.stream_unit,"
+            " stream_n = excluded.stream_n",
+            (state.agent, state.session, state.last_seq, state.last_digest, int(state.closed), unit, n),
         )
