@@ -66,6 +66,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     conformance = commands.add_parser("conformance", help="run the mutation matrix and check the expected pattern")
     conformance.add_argument("--trials", type=int, default=1000)
     conformance.add_argument("--seed", type=int, default=2026)
+    conformance.add_argument("--session-trials", type=int, default=1000, help="trials per session-attack cell")
     conformance.add_argument("--json", action="store_true", help="print the matrix as JSON")
     conformance.set_defaults(handler=cmd_conformance)
 
@@ -280,14 +281,24 @@ def render_tree(path: Path) -> str:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from countersign.conformance import CONSTRUCTION_ORDER, Attack, run_matrix
+    from countersign.conformance import (
+        CONSTRUCTION_ORDER,
+        SESSION_CONSTRUCTIONS,
+        Attack,
+        SessionAttack,
+        run_matrix,
+        run_session_matrix,
+    )
 
-    if args.trials < 1:
-        raise UsageError("--trials must be at least 1")
+    if args.trials < 1 or args.session_trials < 1:
+        raise UsageError("--trials and --session-trials must be at least 1")
     started = time.perf_counter()
     cells = run_matrix(args.trials, seed=args.seed)
     elapsed = time.perf_counter() - started
-    mismatches = [c for c in cells if not c.matches]
+    started = time.perf_counter()
+    session_cells = run_session_matrix(args.session_trials, seed=args.seed)
+    session_elapsed = time.perf_counter() - started
+    mismatches = [c for c in cells if not c.matches] + [c for c in session_cells if not c.matches]
     if args.json:
         report: dict[str, Any] = {
             "trials": args.trials,
@@ -305,6 +316,20 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                     "reject_reasons": c.reasons,
                 }
                 for c in cells
+            ],
+            "session_trials": args.session_trials,
+            "session_cells": [
+                {
+                    "attack": c.attack.name,
+                    "construction": c.construction.value,
+                    "accepted": c.accepted,
+                    "trials": c.trials,
+                    "wilson95_upper": round(c.wilson_upper, 6),
+                    "expected": "accept" if c.expected_accepted else "reject",
+                    "matches": c.matches,
+                    "reject_reasons": c.reasons,
+                }
+                for c in session_cells
             ],
         }
         print(json.dumps(report, indent=2))
@@ -324,6 +349,25 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                 verdict = "A" if cell.expected_accepted else "R"
                 row.append(f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}".center(18))
             print(f"{attack.value:<{width}} | " + " | ".join(row))
+        sessions = {(c.attack, c.construction): c for c in session_cells}
+        print()
+        title = f"{'session attack (closed required)':<{width}} | "
+        print(title + " | ".join(f"{c.value:^18}" for c in SESSION_CONSTRUCTIONS))
+        print("-" * len(header))
+        for session_attack in SessionAttack:
+            row = []
+            for construction in SESSION_CONSTRUCTIONS:
+                found = sessions[(session_attack, construction)]
+                mark = "" if found.matches else "!"
+                verdict = "A" if found.expected_accepted else "R"
+                row.append(
+                    f"{verdict} {found.accepted}/{found.trials} ≤{100 * found.wilson_upper:.2f}%{mark}".center(18)
+                )
+            print(f"{session_attack.value:<{width}} | " + " | ".join(row))
+        print(
+            f"\n{len(session_cells)} session cells × {args.session_trials} trials in {session_elapsed:.1f} s "
+            "(docs/spec.md section 16)."
+        )
         print(
             f"\nA/R: expected accept/reject. {len(cells)} cells × {args.trials} trials in {elapsed:.1f} s; "
             + (
