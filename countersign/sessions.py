@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from countersign.canonical import DIGEST_PREFIX, JsonValue
-from countersign.constructions import parent_link
+from countersign.canonical import DIGEST_PREFIX, JsonValue, b64url_decode_validated
+from countersign.constructions import parent_link, record_signing_input
 from countersign.errors import MalformedError
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import (
     FORMAT_VERSION,
+    MAX_DEPTH,
     Envelope,
+    NodeRecord,
     Path,
     UnsupportedVersionError,
     _int,
@@ -34,13 +36,14 @@ from countersign.records import (
     nesting_exceeds,
     parse_json,
 )
-from countersign.registry import Registry
+from countersign.registry import KeyProblem, Registry
 from countersign.state import ChildEdge, LeafNonce
 from countersign.verify import (
     DEFAULT_POLICY,
     SERIAL,
     SignatureBatch,
     VerifierPolicy,
+    edge_violation,
     malformed_result,
     replay_key,
     walk,
@@ -117,6 +120,66 @@ class SessionCheck:
     admission: SessionAdmission | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _AgentPrefix:
+    """What the checks of a record under the agent's leaf need from the agent path (spec 6.4)."""
+
+    leaf: NodeRecord
+    link: str | None
+    position: int
+    depth_limit: int
+    nonces: frozenset[str]
+
+    @classmethod
+    def of(cls, agent: Path) -> _AgentPrefix:
+        limits = [e.record.policy.max_depth for e in agent.envelopes if e.record.policy.max_depth is not None]
+        return cls(
+            agent.leaf.record,
+            parent_link(agent.leaf.record.construction, agent.envelopes),
+            len(agent),
+            min([MAX_DEPTH, *limits]),
+            frozenset(e.record.nonce for e in agent.envelopes),
+        )
+
+
+def _receipt_walk(
+    prefix: _AgentPrefix, receipt: Envelope, registry: Registry, now_ms: int, policy: VerifierPolicy
+) -> VerificationResult | None:
+    """Step W for the last record of ``agent ‖ receipt`` alone, once the agent path passed step W:
+    a record's checks depend only on the records before it, so the agent path's verdict holds for every
+    receipt's path, and this gives the verdict of the whole walk (the same-deployer receipts of a
+    session only: no co-signatures). ``tests/core/test_session_properties.py`` holds it equal to
+    :func:`countersign.verify.walk` over the whole path."""
+    record, index, parent = receipt.record, prefix.position, prefix.leaf
+    construction = parent.construction
+    if record.construction is not construction:
+        return VerificationResult.reject(Reason.MALFORMED, index, "records of one path share a construction")
+    if construction.signed:
+        key = registry.resolve(record.deployer, record.key_id, record.created_ms)
+        if isinstance(key, KeyProblem):
+            return VerificationResult.reject(key.reason, index, key.detail)
+        assert receipt.sig is not None
+        message = record_signing_input(construction, receipt.record_json, receipt.record_bytes())
+        if not key.verify(message, b64url_decode_validated(receipt.sig)):
+            return VerificationResult.reject(Reason.BAD_SIGNATURE, index, "primary signature does not verify")
+    skew = policy.clock_skew_ms
+    if record.created_ms > now_ms + skew:
+        return VerificationResult.reject(Reason.NOT_YET_VALID, index, "record created in the future")
+    if record.expires_ms + skew <= now_ms:
+        return VerificationResult.reject(Reason.EXPIRED, index, "record expired")
+    violation = edge_violation(parent, prefix.link, record, index)
+    if violation is not None:
+        return VerificationResult.reject(violation.reason, index, violation.detail)
+    if construction.cosigns_edges and record.cosigs:
+        return VerificationResult.reject(Reason.MALFORMED, index, "a same-deployer edge carries no co-signatures")
+    own = record.policy.max_depth
+    if index > (prefix.depth_limit if own is None else min(prefix.depth_limit, own)):
+        return VerificationResult.reject(Reason.POLICY_VIOLATION, index, "a max_depth policy forbids this depth")
+    if record.nonce in prefix.nonces:
+        return VerificationResult.reject(Reason.DUPLICATE_NONCE, index, "nonce repeats inside the path")
+    return None
+
+
 def _reject(reason: Reason, index: int | None, detail: str) -> SessionCheck:
     return SessionCheck(VerificationResult.reject(reason, index, detail))
 
@@ -158,9 +221,18 @@ def check_session(
             return _reject(
                 Reason.SESSION_AGENT_MISMATCH, index, "the receipt was not issued under the session's agent record"
             )
-        result, path_edges = walk(
-            Path((*agent.envelopes, receipt)), registry=registry, now_ms=now_ms, policy=policy, signatures=signatures
-        )
+        if index == 0:  # the whole path once: the agent path's checks, its edges for the state step
+            result, edges = walk(
+                Path((*agent.envelopes, receipt)),
+                registry=registry,
+                now_ms=now_ms,
+                policy=policy,
+                signatures=signatures,
+            )
+            prefix = _AgentPrefix.of(agent)
+        else:  # the agent path passed with receipt 0: only this receipt's own record is left to check
+            found = _receipt_walk(prefix, receipt, registry, now_ms, policy)
+            result = VerificationResult.accept() if found is None else found
         if not result:
             assert result.reason is not None
             return _reject(result.reason, index, f"path envelope {result.index}: {result.detail}")
@@ -168,7 +240,7 @@ def check_session(
         if output is None:
             return _reject(Reason.OUTPUT_MISSING, index, "the receipt has no output section")
         if index == 0:
-            first_output, edges = output, path_edges
+            first_output = output
         assert first_output is not None
         if output.session != first_output.session:
             return _reject(Reason.SESSION_MISMATCH, index, f"receipt of session {output.session!r}")

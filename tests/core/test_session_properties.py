@@ -4,15 +4,18 @@ index of the first offending receipt (docs/spec.md 16.3)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from countersign.constructions import seal
 from countersign.reasons import Reason, VerificationResult
-from countersign.records import Construction, Envelope, Path
+from countersign.records import AgentRef, Construction, Envelope, NodeRecord, Path, Policy
 from countersign.samples import SampleMesh
 from countersign.sessions import SessionEvidence, check_session
+from countersign.verify import DEFAULT_POLICY
 
 pytestmark = pytest.mark.offline
 
@@ -129,3 +132,56 @@ def test_an_accepted_session_admits_every_receipt_nonce_and_no_receipt_edge() ->
 def test_session_evidence_round_trips_its_canonical_bytes() -> None:
     session = SessionEvidence(AGENT, CLOSED)
     assert SessionEvidence.from_bytes(session.to_bytes()).to_bytes() == session.to_bytes()
+
+
+_EDITS = st.sampled_from(
+    ["none", "expires", "created", "depth", "parent", "system", "nonce", "max_depth", "key", "cosigs", "construction"]
+)
+
+
+def _edited(receipt: Envelope, edit: str, draw_int: int) -> NodeRecord:
+    record = receipt.record
+    agent_leaf = AGENT.leaf.record
+    cross_edge = AGENT.envelopes[1].record  # deployer-a -> deployer-b: it carries co-signatures
+    changes: dict[str, object] = {
+        "none": {},
+        "expires": {"expires_ms": agent_leaf.expires_ms + 1 + draw_int},
+        "created": {"created_ms": NOW_MS + 120_000 + draw_int},
+        "depth": {"depth": (record.depth + 1 + draw_int) % 64},
+        "parent": {"parent": AGENT.envelopes[0].digest()},
+        "system": {"agent": AgentRef(record.agent.instance, "another-system")},
+        "nonce": {"nonce": AGENT.envelopes[draw_int % len(AGENT)].record.nonce},
+        "max_depth": {"policy": Policy(max_depth=draw_int % len(AGENT))},
+        "key": {"key_id": MESH.signers["deployer-a"].key_id},
+        "cosigs": {"cosigs": cross_edge.cosigs},
+        "construction": {"construction": Construction.LINKED_LIST},
+    }[edit]
+    return replace(record, **changes)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, N - 1), _EDITS, st.integers(0, 1000), st.sampled_from(["resign", "keep", "garble"]))
+def test_the_per_receipt_walk_gives_the_whole_walks_verdict(position: int, edit: str, k: int, signing: str) -> None:
+    """Receipts after the first are checked alone (the agent path passed with receipt 0); the verdict
+    must be the one the whole path's walk gives, reason, index and detail."""
+    from countersign.sessions import _AgentPrefix, _receipt_walk
+    from countersign.verify import walk
+
+    record = _edited(CLOSED[position], edit, k)
+    signer = MESH.signers["deployer-b"]
+    if signing == "resign" and record.key_id == signer.key_id:
+        receipt = seal(record, signer)
+    else:
+        sig = CLOSED[position].sig
+        assert sig is not None
+        receipt = Envelope.build(record, sig if signing == "keep" else ("A" * 85 + "A"))
+    whole, _ = walk(Path((*AGENT.envelopes, receipt)), registry=MESH.registry, now_ms=NOW_MS)
+    alone = _receipt_walk(_AgentPrefix.of(AGENT), receipt, MESH.registry, NOW_MS, DEFAULT_POLICY)
+    assert (VerificationResult.accept() if alone is None else alone) == whole
+    receipts = list(CLOSED)
+    receipts[position] = receipt
+    session = verdict(receipts, closed=False)
+    if receipt.record.parent != CLOSED[0].record.parent:
+        assert (session.reason, session.index) == (Reason.SESSION_AGENT_MISMATCH, position)
+    elif not whole:
+        assert (session.reason, session.index) == (whole.reason, position)
