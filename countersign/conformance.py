@@ -554,3 +554,145 @@ def run_matrix(
 
 
 CONSTRUCTION_ORDER = _ORDER
+
+
+# --- session attacks (docs/spec.md section 17) ---------------------------------------------------
+
+
+class SessionAttack(enum.StrEnum):
+    HONEST = "honest closed session (control)"
+    REORDER = "reorder"
+    DROP = "drop"
+    DUPLICATE = "duplicate"
+    CROSS_SESSION = "cross-session splice"
+    CROSS_AGENT = "cross-agent splice"
+    TRUNCATE_CLOSED = "truncate closed session"
+    SUBSTITUTE_CHUNK = "substituted chunk"
+
+
+SESSION_CONSTRUCTIONS = (Construction.LINKED_LIST, Construction.MERKLE, Construction.SIGNED_DAG)
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionMaterial:
+    """An agent, one of its closed streamed sessions with the chunks' bytes, the same agent's other
+    session, and another agent's session of the same id (what the adversary splices from)."""
+
+    agent: Path
+    receipts: tuple[Envelope, ...]
+    outputs: tuple[bytes | None, ...]
+    other_session: tuple[Envelope, ...]
+    other_agent: tuple[Envelope, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCell:
+    construction: Construction
+    attack: SessionAttack
+    accepted: int
+    trials: int
+    reasons: dict[str, int]
+
+    @property
+    def expected_accepted(self) -> bool:
+        return self.attack is SessionAttack.HONEST
+
+    @property
+    def matches(self) -> bool:
+        return self.accepted == (self.trials if self.expected_accepted else 0)
+
+    @property
+    def wilson_upper(self) -> float:
+        return wilson_upper(self.accepted, self.trials)
+
+
+def _session_material(construction: Construction, mesh: SampleMesh, rng: random.Random, index: int) -> _SessionMaterial:
+    from countersign.records import StreamUnit
+
+    depth = rng.randint(1, 3)
+    route = [DEPLOYERS[rng.randrange(len(DEPLOYERS))] for _ in range(depth)]
+    agent = Path(mesh.issue_path(construction, [*route, route[-1]], b"", now_ms=NOW_MS).envelopes[:depth])
+    other = Path(mesh.issue_path(construction, [*route, route[-1]], b"", now_ms=NOW_MS).envelopes[:depth])
+    chunks = rng.randint(2, 5)
+    n = rng.randint(2, 8)
+    data = rng.randbytes(n * chunks - rng.randint(0, n - 1))
+    pieces = [data[i : i + n] for i in range(0, len(data), n)]
+    session = f"session-{index}"
+    stream = (StreamUnit.BYTES, n)
+
+    def issue(on: Path, name: str) -> tuple[Envelope, ...]:
+        return mesh.issue_session(on, pieces, now_ms=NOW_MS, session=name, closed=True, stream=stream)
+
+    return _SessionMaterial(
+        agent, issue(agent, session), (*pieces, None), issue(agent, session + "-b"), issue(other, session)
+    )
+
+
+def _session_attempt(
+    attack: SessionAttack, m: _SessionMaterial, rng: random.Random
+) -> tuple[list[Envelope], list[bytes | None]]:
+    receipts, outputs = list(m.receipts), list(m.outputs)
+    last = len(receipts) - 1  # the close receipt
+    if attack is SessionAttack.REORDER:
+        order = list(range(len(receipts)))
+        while order == sorted(order):
+            rng.shuffle(order)
+        return [receipts[i] for i in order], [outputs[i] for i in order]
+    if attack is SessionAttack.DROP:
+        dropped = set(rng.sample(range(last), rng.randint(1, last)))
+        kept = [i for i in range(len(receipts)) if i not in dropped]
+        return [receipts[i] for i in kept], [outputs[i] for i in kept]
+    if attack is SessionAttack.DUPLICATE:
+        copied, at = rng.randint(0, last), rng.randint(0, len(receipts))
+        receipts.insert(at, receipts[copied])
+        outputs.insert(at, outputs[copied])
+    elif attack in (SessionAttack.CROSS_SESSION, SessionAttack.CROSS_AGENT):
+        source = m.other_session if attack is SessionAttack.CROSS_SESSION else m.other_agent
+        at = rng.randint(0, last)
+        receipts[at] = source[at]  # the same position of the other chain: its seq fits
+    elif attack is SessionAttack.TRUNCATE_CLOSED:
+        end = rng.randint(1, last)
+        return receipts[:end], outputs[:end]
+    elif attack is SessionAttack.SUBSTITUTE_CHUNK:
+        at = rng.randint(0, last - 1)
+        original = outputs[at]
+        assert original is not None
+        while outputs[at] == original:
+            outputs[at] = rng.randbytes(len(original))
+    return receipts, outputs
+
+
+def run_session_cell(
+    construction: Construction, attack: SessionAttack, trials: int, mesh: SampleMesh, seed: int, pool: int = 8
+) -> SessionCell:
+    """``trials`` attempts of one session attack, each on one of ``pool`` honest sessions issued for
+    the cell, checked as a consumer that requires a closed session."""
+    from countersign.sessions import SessionEvidence, check_session
+
+    rng = random.Random(f"{seed}:{construction}:session:{attack}")  # noqa: S311 (scenario shapes, not keys)
+    materials = [_session_material(construction, mesh, rng, i) for i in range(pool)]
+    for material in materials:
+        honest = SessionEvidence(material.agent, material.receipts)
+        if not check_session(
+            honest, material.outputs, registry=mesh.registry, now_ms=NOW_MS, require_closed=True
+        ).result:
+            raise HarnessError(f"{construction}/{attack}: an honest session was rejected")
+    accepted = 0
+    reasons: dict[str, int] = {}
+    for _ in range(trials):
+        material = materials[rng.randrange(pool)]
+        receipts, outputs = _session_attempt(attack, material, rng)
+        session = SessionEvidence(material.agent, tuple(receipts))
+        result = check_session(session, outputs, registry=mesh.registry, now_ms=NOW_MS, require_closed=True).result
+        if result:
+            accepted += 1
+        else:
+            reasons[str(result.reason)] = reasons.get(str(result.reason), 0) + 1
+    return SessionCell(construction, attack, accepted, trials, reasons)
+
+
+def run_session_matrix(
+    trials: int, *, seed: int = 2026, constructions: Sequence[Construction] = SESSION_CONSTRUCTIONS
+) -> list[SessionCell]:
+    mesh = SampleMesh.create(DEPLOYERS, seed=b"conformance-sessions-%d" % seed)
+    return [run_session_cell(c, a, trials, mesh, seed) for a in SessionAttack for c in constructions]

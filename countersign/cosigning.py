@@ -33,6 +33,9 @@ from countersign.records import (
     OutputReceipt,
     Path,
     Policy,
+    SessionClose,
+    StreamChunk,
+    StreamUnit,
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
@@ -42,6 +45,8 @@ from countersign.verify import edge_violation
 CONSTRUCTION = Construction.SIGNED_DAG
 MAX_GRANT_ID = 64
 DEFAULT_RECEIPT_TTL_MS = 3_600_000
+DEFAULT_MAX_SESSION_OUTPUTS = 100_000
+MAX_CHUNK_BYTES = 4 << 20  # what a stream may buffer before a chunk is signed
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,8 @@ class ReceiptRequest:
     session: str = ""
     instance: str = ""
     ttl_ms: int = 0
+    stream: StreamChunk | None = None
+    close: bool = False
 
 
 class CertifiedPeer(Protocol):
@@ -238,14 +245,154 @@ def receipt_fields(
     if isinstance(fields, Refusal):
         return fields
     session = receipt.session or parent.agent.instance
+    if receipt.close:
+        scope = BindingScope.PER_SESSION
+    elif receipt.stream is not None:
+        scope = BindingScope.PER_N_TOKENS
+    body: dict[str, JsonValue] = {
+        "sha256": "sha256:" + receipt.output_sha256.hex(), "binding_scope": scope.value, "session": session,
+        "seq": 0, "prev": None,
+    }  # fmt: skip
+    if receipt.stream is not None:
+        body["stream"] = receipt.stream.to_json()
+    if receipt.close:
+        body["close"] = {"count": 0, "last": None}
     try:
-        output = OutputReceipt.from_json(
-            {"sha256": "sha256:" + receipt.output_sha256.hex(), "binding_scope": scope.value, "session": session,
-             "seq": 0, "prev": None}
-        )  # fmt: skip
+        output = OutputReceipt.from_json(body)
     except MalformedError as exc:
         return _invalid(str(exc))
     return replace(fields, output=output)
+
+
+def receipt_parent_refusal(parent: NodeRecord) -> Refusal | None:
+    """A receipt is issued under an agent's record, never under another receipt (ADR 0018: receipts are
+    counted apart from ``max_children`` only as leaves of an agent)."""
+    if parent.output is not None:
+        return Refusal(ErrorCode.POLICY_REFUSED, "a receipt is issued under an agent record, not under a receipt")
+    return None
+
+
+# --- sessions (docs/spec.md 17.6) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """A session as the signer stores it: the agent record it belongs to (its digest; None when stored
+    before this was kept), the last receipt issued, whether it is closed, and its stream's (unit, n)."""
+
+    session: str
+    agent: str | None
+    last_seq: int
+    last_digest: str
+    closed: bool = False
+    stream: tuple[StreamUnit, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierClose:
+    """CloseSession asked again for a session it closed (a retry): answer its close receipt again."""
+
+    digest: str
+
+
+def session_position(
+    state: SessionState | None,
+    *,
+    agent_digest: str,
+    output: OutputReceipt,
+    max_outputs: int,
+) -> tuple[int, str | None] | EarlierClose | Refusal:
+    """The (``seq``, ``prev``) of the next receipt ``output`` of a session in ``state`` (None: a new
+    session) under the agent record ``agent_digest``, or why not. Checked in the transaction that
+    signs the receipt and stores the session's new state."""
+    if state is not None and state.agent is not None and state.agent != agent_digest:
+        return _invalid(f"session {state.session!r} belongs to another agent record")
+    if state is not None and state.closed:
+        if output.close is not None:
+            return EarlierClose(state.last_digest)
+        return Refusal(ErrorCode.SESSION_CLOSED, f"session {state.session!r} is closed")
+    stream = None if output.stream is None else (output.stream.unit, output.stream.n)
+    if stream is not None and state is not None and state.stream not in (None, stream):
+        return _invalid("the session's stream has another unit or n")
+    if state is None:
+        return 0, None
+    if output.close is None and state.last_seq + 1 >= max_outputs:
+        return Refusal(ErrorCode.FANOUT_EXCEEDED, f"the session already has {max_outputs} outputs")
+    return state.last_seq + 1, state.last_digest
+
+
+def positioned(output: OutputReceipt, seq: int, prev: str | None) -> OutputReceipt:
+    """``output`` at its place in the session (a close receipt commits to it as its count and last)."""
+    close = None if output.close is None else SessionClose(seq, prev)
+    return replace(output, seq=seq, prev=prev, close=close)
+
+
+def advanced(
+    state: SessionState | None, session: str, agent_digest: str, output: OutputReceipt, digest: str
+) -> SessionState:
+    """The session's state once the receipt ``output`` (envelope digest ``digest``) is issued."""
+    stream = state.stream if state is not None else None
+    if output.stream is not None:
+        stream = (output.stream.unit, output.stream.n)
+    return SessionState(session, agent_digest, output.seq, digest, output.close is not None, stream)
+
+
+def stream_spec(unit: str, n: int) -> tuple[StreamUnit, int] | Refusal:
+    """A stream's unit and chunk size as a runtime names them."""
+    try:
+        chunk = StreamChunk.from_json({"unit": unit, "n": n, "units": 1})
+    except MalformedError as exc:
+        return _invalid(str(exc))
+    if chunk.unit is StreamUnit.BYTES and chunk.n > MAX_CHUNK_BYTES:
+        return _invalid(f"a bytes stream's chunks hold at most {MAX_CHUNK_BYTES} bytes")
+    return chunk.unit, chunk.n
+
+
+class ChunkBuffer:
+    """Collects a stream's pieces into chunks of ``n`` units (no I/O: the daemon feeds it).
+
+    ``bytes``: a piece's units are its length (``units`` 0 or equal to it), and a piece is split at
+    chunk boundaries. ``tokens``: the runtime counts; a piece must not straddle a chunk boundary.
+    """
+
+    def __init__(self, unit: StreamUnit, n: int) -> None:
+        self.unit, self.n = unit, n
+        self._data = bytearray()
+        self._units = 0
+
+    def add(self, data: bytes, units: int) -> list[tuple[bytes, int]] | Refusal:
+        """The chunks this piece completes, each (bytes, units), or why the piece is refused."""
+        done: list[tuple[bytes, int]] = []
+        if self.unit is StreamUnit.BYTES:
+            if units not in (0, len(data)):
+                return _invalid("a bytes stream counts each piece by its length")
+            view = memoryview(data)
+            while view:
+                take = min(len(view), self.n - self._units)
+                self._data += view[:take]
+                self._units += take
+                view = view[take:]
+                if self._units == self.n:
+                    done.append(self._take())
+            return done
+        if units < 1 or self._units + units > self.n:
+            return _invalid(f"a piece of {units} tokens does not fit the {self.n - self._units} left in this chunk")
+        if len(self._data) + len(data) > MAX_CHUNK_BYTES:
+            return _invalid(f"a chunk holds at most {MAX_CHUNK_BYTES} bytes")
+        self._data += data
+        self._units += units
+        if self._units == self.n:
+            done.append(self._take())
+        return done
+
+    def flush(self) -> tuple[bytes, int] | None:
+        """The stream's short last chunk, if units are left over."""
+        return self._take() if self._units else None
+
+    def _take(self) -> tuple[bytes, int]:
+        chunk = (bytes(self._data), self._units)
+        self._data, self._units = bytearray(), 0
+        return chunk
 
 
 def local_child_refusal(policy: SignerPolicy, parent: Path) -> Refusal | None:

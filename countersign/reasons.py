@@ -68,6 +68,25 @@ class Reason(enum.StrEnum):
     """The path verified, but the consumer policy chosen for the request refuses it (the detail
     names the failing clause first). Distinct from ``POLICY_VIOLATION``: that one is a policy the
     path's own records sign; this one is the consumer's, applied after verification."""
+    # Session evidence (docs/spec.md section 17): each with the index of the first offending receipt.
+    SESSION_AGENT_MISMATCH = "SESSION_AGENT_MISMATCH"
+    """A receipt was not issued under the session's emitting agent record (a cross-agent splice)."""
+    SESSION_MISMATCH = "SESSION_MISMATCH"
+    """A receipt belongs to another session, or to another stream of it (a cross-session splice)."""
+    SESSION_DUPLICATE = "SESSION_DUPLICATE"
+    """A receipt is presented more than once in the session."""
+    SESSION_REORDERED = "SESSION_REORDERED"
+    """A receipt stands before one that precedes it in the session (the order was changed)."""
+    SESSION_GAP = "SESSION_GAP"
+    """A receipt of the session is missing before this one (a dropped output)."""
+    SESSION_CHAIN_BROKEN = "SESSION_CHAIN_BROKEN"
+    """The receipt's prev is not the digest of the receipt before it (another receipt took its place)."""
+    SESSION_TRUNCATED = "SESSION_TRUNCATED"
+    """A closed session was required and the session ends without its close receipt."""
+    SESSION_AFTER_CLOSE = "SESSION_AFTER_CLOSE"
+    """A receipt follows the session's close receipt."""
+    SESSION_OUTPUT_MISMATCH = "SESSION_OUTPUT_MISMATCH"
+    """SHA-256 of the bytes presented for a receipt (a turn or a stream chunk) differs from its signed hash."""
 
 
 @dataclass(frozen=True, slots=True)

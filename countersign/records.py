@@ -201,41 +201,126 @@ class Policy:
         }
 
 
+class StreamUnit(enum.StrEnum):
+    """What a stream counts (docs/spec.md 4.4 ``output.stream``)."""
+
+    TOKENS = "tokens"
+    BYTES = "bytes"
+
+
+MAX_STREAM_N: Final = 1 << 32
+EMPTY_OUTPUT_SHA256: Final = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """A receipt's place in a stream: the signer signs one receipt per ``n`` units of ``unit``;
+    ``units`` is how many this chunk covers (``n``, or fewer for the stream's last chunk)."""
+
+    unit: StreamUnit
+    n: int
+    units: int
+
+    KEYS = frozenset({"unit", "n", "units"})
+
+    @classmethod
+    def from_json(cls, value: object) -> StreamChunk:
+        obj = _object(value, cls.KEYS, "output.stream")
+        n = _int(obj["n"], "output.stream.n", 1, MAX_STREAM_N)
+        return cls(
+            _enum(obj["unit"], StreamUnit, "output.stream.unit"), n, _int(obj["units"], "output.stream.units", 1, n)
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"unit": self.unit.value, "n": self.n, "units": self.units}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClose:
+    """The close receipt's commitment: the session held ``count`` outputs, the last one ``last``."""
+
+    count: int
+    last: str | None
+
+    KEYS = frozenset({"count", "last"})
+
+    @classmethod
+    def from_json(cls, value: object) -> SessionClose:
+        obj = _object(value, cls.KEYS, "output.close")
+        return cls(
+            _int(obj["count"], "output.close.count"), _optional_match(obj["last"], DIGEST_PATTERN, "output.close.last")
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"count": self.count, "last": self.last}
+
+
+OUTPUT_KEYS: Final = frozenset({"sha256", "binding_scope", "session", "seq", "prev"})
+# Optional members (docs/spec.md 4.4): absent, a receipt's bytes are exactly those of format version 1
+# before sessions were verified; present, a verifier that does not know them rejects it (fail closed).
+OUTPUT_OPTIONAL_KEYS: Final = frozenset({"stream", "close"})
+
+
 @dataclass(frozen=True, slots=True)
 class OutputReceipt:
-    """Layer 1: the exact bytes a deployer's runtime emitted, and where they sit in a session."""
+    """Layer 1: the exact bytes a deployer's runtime emitted, and where they sit in a session.
+
+    ``stream`` marks a chunk of a stream; ``close`` marks the session's close receipt (no output of its
+    own: ``sha256`` is the digest of zero bytes, ``count`` = ``seq``, ``last`` = ``prev``).
+    """
 
     sha256: str
     binding_scope: BindingScope
     session: str
     seq: int
     prev: str | None
+    stream: StreamChunk | None = None
+    close: SessionClose | None = None
 
-    KEYS = frozenset({"sha256", "binding_scope", "session", "seq", "prev"})
+    KEYS = OUTPUT_KEYS
 
     @classmethod
     def from_json(cls, value: object) -> OutputReceipt:
-        obj = _object(value, cls.KEYS, "output")
+        if type(value) is not dict:
+            raise MalformedError("output must be an object")
+        present = value.keys() & OUTPUT_OPTIONAL_KEYS
+        obj = _object(value, OUTPUT_KEYS | present, "output")
         seq = _int(obj["seq"], "output.seq")
         prev = _optional_match(obj["prev"], DIGEST_PATTERN, "output.prev")
         if (seq == 0) != (prev is None):
             raise MalformedError("output.prev must be null exactly when output.seq is 0")
-        return cls(
+        receipt = cls(
             _match(obj["sha256"], DIGEST_PATTERN, "output.sha256"),
             _enum(obj["binding_scope"], BindingScope, "output.binding_scope"),
             _match(obj["session"], IDENTIFIER_PATTERN, "output.session"),
             seq,
             prev,
+            StreamChunk.from_json(obj["stream"]) if "stream" in present else None,
+            SessionClose.from_json(obj["close"]) if "close" in present else None,
         )
+        if receipt.stream is not None and receipt.binding_scope is not BindingScope.PER_N_TOKENS:
+            raise MalformedError("output.stream requires binding_scope per_n_tokens")
+        if receipt.close is not None:
+            close = receipt.close
+            if receipt.stream is not None or receipt.binding_scope is not BindingScope.PER_SESSION:
+                raise MalformedError("a close receipt has binding_scope per_session and no stream")
+            if close.count != seq or close.last != prev or receipt.sha256 != EMPTY_OUTPUT_SHA256:
+                raise MalformedError("output.close must commit to count = seq, last = prev, over no output bytes")
+        return receipt
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
+        body: dict[str, JsonValue] = {
             "sha256": self.sha256,
             "binding_scope": self.binding_scope.value,
             "session": self.session,
             "seq": self.seq,
             "prev": self.prev,
         }
+        if self.stream is not None:
+            body["stream"] = self.stream.to_json()
+        if self.close is not None:
+            body["close"] = self.close.to_json()
+        return body
 
 
 @dataclass(frozen=True, slots=True)

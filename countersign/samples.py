@@ -22,6 +22,9 @@ from countersign.records import (
     OutputReceipt,
     Path,
     Policy,
+    SessionClose,
+    StreamChunk,
+    StreamUnit,
 )
 from countersign.registry import KeyEntry, Registry
 
@@ -113,6 +116,55 @@ class SampleMesh:
                 )
             )
         return Path(tuple(envelopes))
+
+    def issue_session(
+        self,
+        agent: Path,
+        outputs: Sequence[bytes],
+        *,
+        now_ms: int,
+        session: str = "session-1",
+        closed: bool = False,
+        stream: tuple[StreamUnit, int] | None = None,
+        label: str = "",
+    ) -> tuple[Envelope, ...]:
+        """Receipts for ``outputs`` under ``agent``'s leaf, chained as a signer chains them (``seq``,
+        ``prev``), each a stream chunk when ``stream`` = (unit, n) is given, then a close receipt when
+        ``closed``. ``label`` makes the nonces reproducible (random when empty)."""
+        deployer = agent.leaf.record.deployer
+        signer = self.signers[deployer]
+        receipts: list[Envelope] = []
+        prev: str | None = None
+        count = len(outputs) + (1 if closed else 0)
+        for seq in range(count):
+            close = seq == len(outputs)
+            output = b"" if close else outputs[seq]
+            chunk = None
+            if stream is not None and not close:
+                units = len(output) if stream[0] is StreamUnit.BYTES else stream[1]
+                chunk = StreamChunk(stream[0], stream[1], max(1, min(units, stream[1])))
+            scope = (
+                BindingScope.PER_SESSION
+                if close
+                else BindingScope.PER_N_TOKENS
+                if chunk is not None
+                else BindingScope.PER_TURN
+            )
+            fields = RecordFields(
+                deployer=deployer,
+                agent=agent.leaf.record.agent,
+                created_ms=now_ms - 1_000,
+                expires_ms=agent.leaf.record.expires_ms,
+                max_children=0,
+                output=OutputReceipt(
+                    sha256_digest(output), scope, session, seq, prev, chunk, SessionClose(seq, prev) if close else None
+                ),
+                nonce=sha256_digest(f"{label}:{session}:{seq}".encode())[7:39] if label else None,
+            )
+            receipt = issue(agent.leaf.record.construction, fields, signer, agent.envelopes)
+            receipts.append(receipt)
+            prev = receipt.digest()
+        return tuple(receipts)
 
 
 def cross_deployer_route(deployers: Sequence[str], depth: int) -> list[str]:

@@ -246,6 +246,34 @@ def verify_structure(
     return VerificationResult.accept() if result is None else result
 
 
+def walk(
+    path: Path,
+    *,
+    registry: Registry,
+    now_ms: int,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+    signatures: SignatureBatch = SERIAL,
+) -> tuple[VerificationResult, list[ChildEdge]]:
+    """Step W alone, with the primary signatures: its verdict, and the edges step S would count."""
+    edges: list[ChildEdge] = []
+    result = _walk(path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures)
+    return (VerificationResult.accept() if result is None else result), edges
+
+
+def is_receipt_edge(parent: NodeRecord, child: NodeRecord) -> bool:
+    """An output receipt under the agent that emitted it: counted apart from ``max_children`` (ADR 0018).
+
+    A receipt is a same-deployer record with an output section that can have no children
+    (``max_children`` 0), under a record without one; anything else is a delegation and is counted.
+    """
+    return (
+        child.output is not None
+        and child.max_children == 0
+        and child.deployer == parent.deployer
+        and parent.output is None
+    )
+
+
 def check_lineage(
     path: Path, *, registry: Registry, now_ms: int, policy: VerifierPolicy = DEFAULT_POLICY
 ) -> VerificationResult:
@@ -404,7 +432,7 @@ def _collect(
                 _collect_cosignatures(
                     parent_record.deployer, parent_digest, record_bytes, envelope, index, cross, registry, checks
                 )
-            if enforces_fanout:
+            if enforces_fanout and not is_receipt_edge(parent_record, record):
                 edges.append(
                     ChildEdge(
                         parent_digest,

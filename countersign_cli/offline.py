@@ -1,4 +1,4 @@
-"""Offline commands: keygen, sample-path, verify, inspect, conformance."""
+"""Offline commands: keygen, sample-path, sample-session, verify, verify-session, inspect, conformance."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, Verifier
 from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
 MAX_OUTPUT_BYTES = 64 << 20
+MAX_SAMPLE_OUTPUTS = 10_000
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +68,37 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     verify.set_defaults(handler=cmd_verify)
 
+    sample_session = commands.add_parser(
+        "sample-session", help="write a valid session: its agent path, receipts, outputs and registry"
+    )
+    sample_session.add_argument(
+        "--outputs", type=int, required=True, help=f"outputs in the session (1..{MAX_SAMPLE_OUTPUTS})"
+    )
+    sample_session.add_argument("--closed", action="store_true", help="end the session with its close receipt")
+    sample_session.add_argument("--out", required=True, help="directory to write into (created if missing)")
+    sample_session.add_argument("--seed", help="derive keys from this seed (reproducible test material)")
+    sample_session.set_defaults(handler=cmd_sample_session)
+
+    verify_session = commands.add_parser(
+        "verify-session", help="verify a session's receipts, in order, for its outputs; print one JSON verdict"
+    )
+    verify_session.add_argument("--path", required=True, help="the path to the emitting agent (agent.json)")
+    verify_session.add_argument(
+        "--receipts", required=True, help="a directory of receipt envelopes (*.json, in name order) or one JSON array"
+    )
+    verify_session.add_argument(
+        "--outputs",
+        help="directory of outputs: <receipt file stem>.bin (or <position>.bin, 6 digits); absent: not checked",
+    )
+    verify_session.add_argument("--registry", required=True, help="registry.json")
+    verify_session.add_argument("--closed", action="store_true", help="require the session's close receipt")
+    verify_session.add_argument(
+        "--audit", action="store_true", help="consume nothing (offline, nothing durable is consumed either way)"
+    )
+    verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
+    verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
+    verify_session.set_defaults(handler=cmd_verify_session)
+
     inspect = commands.add_parser("inspect", help="print a readable tree of a path (checks nothing unless --verify)")
     inspect.add_argument("path", help="path.json")
     audit.add_inspect_arguments(inspect)
@@ -75,6 +107,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     conformance = commands.add_parser("conformance", help="run the mutation matrix and check the expected pattern")
     conformance.add_argument("--trials", type=int, default=1000)
     conformance.add_argument("--seed", type=int, default=2026)
+    conformance.add_argument("--session-trials", type=int, default=1000, help="trials per session-attack cell")
     conformance.add_argument("--json", action="store_true", help="print the matrix as JSON")
     conformance.set_defaults(handler=cmd_conformance)
 
@@ -178,6 +211,87 @@ def cmd_sample_path(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write into {out}: {exc.strerror}") from None
     print(json.dumps({"construction": construction.value, "records": len(path), "out": str(out)}))
     return EXIT_OK
+
+
+def cmd_sample_session(args: argparse.Namespace) -> int:
+    if not 1 <= args.outputs <= MAX_SAMPLE_OUTPUTS:
+        raise UsageError(f"--outputs must be between 1 and {MAX_SAMPLE_OUTPUTS}")
+    names = deployer_names(2)
+    mesh = SampleMesh.create(names, seed=None if args.seed is None else args.seed.encode())
+    issued = now_ms()
+    trunk = mesh.issue_path(Construction.SIGNED_DAG, [names[0], names[1], names[1]], b"", now_ms=issued)
+    agent = Path(trunk.envelopes[:2])  # deployer-b's agent under deployer-a's root
+    outputs = [b"sample output %d of the session\n" % i for i in range(args.outputs)]
+    receipts = mesh.issue_session(agent, outputs, now_ms=issued, session="sample-session", closed=args.closed)
+    out = FilePath(args.out)
+    try:
+        (out / "receipts").mkdir(parents=True, exist_ok=True)
+        (out / "outputs").mkdir(parents=True, exist_ok=True)
+        write_file(out / "agent.json", agent.to_bytes())
+        for index, receipt in enumerate(receipts):
+            write_file(out / "receipts" / f"{index:06d}.json", receipt.canonical_bytes())
+            if index < len(outputs):
+                write_file(out / "outputs" / f"{index:06d}.bin", outputs[index])
+        write_file(out / "registry.json", json.dumps(mesh.registry.to_json(), indent=2).encode() + b"\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out}: {exc.strerror}") from None
+    print(json.dumps({"outputs": len(outputs), "receipts": len(receipts), "closed": args.closed, "out": str(out)}))
+    return EXIT_OK
+
+
+def _receipt_files(location: str) -> tuple[list[Any], list[str]]:
+    """The receipts' JSON values (parse failures kept as the bytes, for a MALFORMED verdict at their
+    position) and each one's output name: a directory's *.json in name order, or one file's array."""
+    from countersign.sessions import MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS
+
+    where = FilePath(location)
+    if where.is_dir():
+        files = sorted(where.glob("*.json"))
+        if not 1 <= len(files) <= MAX_SESSION_RECEIPTS:
+            raise UsageError(f"{location} must hold 1 to {MAX_SESSION_RECEIPTS} receipt files (*.json)")
+        values = [_json_or_bytes(read_bytes(str(f), "receipt", MAX_INPUT_BYTES)) for f in files]
+        return values, [f.stem for f in files]
+    value = _json_or_bytes(read_bytes(location, "receipts", MAX_SESSION_INPUT_BYTES))
+    if type(value) is not list:
+        raise UsageError(f"{location} must be a directory of receipts or a JSON array of receipt envelopes")
+    return value, [f"{i:06d}" for i in range(len(value))]
+
+
+def _json_or_bytes(data: bytes) -> Any:
+    try:
+        return parse_json(data)
+    except MalformedError:
+        return data  # not an envelope: the session check reports it as MALFORMED at its position
+
+
+def cmd_verify_session(args: argparse.Namespace) -> int:
+    from countersign.sessions import SessionEvidence, check_session
+
+    if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+        raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
+    registry = load_registry(args.registry)
+    agent_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
+    receipts, names = _receipt_files(args.receipts)
+    outputs: list[bytes | None] = [None] * len(receipts)
+    if args.outputs:
+        folder = FilePath(args.outputs)
+        if not folder.is_dir():
+            raise UsageError(f"--outputs {args.outputs} is not a directory")
+        for index, name in enumerate(names):
+            location = folder / f"{name}.bin"
+            if location.exists():
+                outputs[index] = read_bytes(str(location), "output", MAX_OUTPUT_BYTES)
+    try:
+        session = SessionEvidence.from_json({"v": 1, "agent": parse_json(agent_bytes), "receipts": receipts})
+    except MalformedError as exc:
+        result = malformed_result(exc)
+    else:
+        result = check_session(
+            session, outputs, registry=registry, now_ms=args.now_ms if args.now_ms is not None else now_ms(),
+            require_closed=args.closed, policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms),
+        ).result  # fmt: skip
+    print(json.dumps(result.to_json()))
+    return EXIT_OK if result else EXIT_REJECTED
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -313,14 +427,24 @@ def render_tree(path: Path) -> str:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from countersign.conformance import CONSTRUCTION_ORDER, Attack, run_matrix
+    from countersign.conformance import (
+        CONSTRUCTION_ORDER,
+        SESSION_CONSTRUCTIONS,
+        Attack,
+        SessionAttack,
+        run_matrix,
+        run_session_matrix,
+    )
 
-    if args.trials < 1:
-        raise UsageError("--trials must be at least 1")
+    if args.trials < 1 or args.session_trials < 1:
+        raise UsageError("--trials and --session-trials must be at least 1")
     started = time.perf_counter()
     cells = run_matrix(args.trials, seed=args.seed)
     elapsed = time.perf_counter() - started
-    mismatches = [c for c in cells if not c.matches]
+    started = time.perf_counter()
+    session_cells = run_session_matrix(args.session_trials, seed=args.seed)
+    session_elapsed = time.perf_counter() - started
+    mismatches = [c for c in cells if not c.matches] + [c for c in session_cells if not c.matches]
     if args.json:
         report: dict[str, Any] = {
             "trials": args.trials,
@@ -338,6 +462,20 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                     "reject_reasons": c.reasons,
                 }
                 for c in cells
+            ],
+            "session_trials": args.session_trials,
+            "session_cells": [
+                {
+                    "attack": c.attack.name,
+                    "construction": c.construction.value,
+                    "accepted": c.accepted,
+                    "trials": c.trials,
+                    "wilson95_upper": round(c.wilson_upper, 6),
+                    "expected": "accept" if c.expected_accepted else "reject",
+                    "matches": c.matches,
+                    "reject_reasons": c.reasons,
+                }
+                for c in session_cells
             ],
         }
         print(json.dumps(report, indent=2))
@@ -357,6 +495,25 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                 verdict = "A" if cell.expected_accepted else "R"
                 row.append(f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}".center(18))
             print(f"{attack.value:<{width}} | " + " | ".join(row))
+        sessions = {(c.attack, c.construction): c for c in session_cells}
+        print()
+        title = f"{'session attack (closed required)':<{width}} | "
+        print(title + " | ".join(f"{c.value:^18}" for c in SESSION_CONSTRUCTIONS))
+        print("-" * len(header))
+        for session_attack in SessionAttack:
+            row = []
+            for construction in SESSION_CONSTRUCTIONS:
+                found = sessions[(session_attack, construction)]
+                mark = "" if found.matches else "!"
+                verdict = "A" if found.expected_accepted else "R"
+                row.append(
+                    f"{verdict} {found.accepted}/{found.trials} ≤{100 * found.wilson_upper:.2f}%{mark}".center(18)
+                )
+            print(f"{session_attack.value:<{width}} | " + " | ".join(row))
+        print(
+            f"\n{len(session_cells)} session cells × {args.session_trials} trials in {session_elapsed:.1f} s "
+            "(docs/spec.md section 17)."
+        )
         print(
             f"\nA/R: expected accept/reject. {len(cells)} cells × {args.trials} trials in {elapsed:.1f} s; "
             + (

@@ -37,11 +37,15 @@ from countersign.client.tls import TlsConfig
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal
 from countersign.cosigning import (
     CONSTRUCTION,
+    DEFAULT_MAX_SESSION_OUTPUTS,
     AgentRequest,
+    ChunkBuffer,
     EarlierAnswer,
+    EarlierClose,
     ReceiptRequest,
     Refusal,
     SignerPolicy,
+    advanced,
     delegation_parent_key,
     delegation_request_refusal,
     edge_refusal,
@@ -53,11 +57,15 @@ from countersign.cosigning import (
     parent_failure,
     peer_certificate_refusal,
     peer_refusal,
+    positioned,
     proposal_refusal,
     receipt_fields,
+    receipt_parent_refusal,
     record_fields,
     runtime_refusal,
+    session_position,
     spend_grant,
+    stream_spec,
 )
 from countersign.errors import ConfigError, ErrorCode, MalformedError
 from countersign.keys import PublicKey, Signer
@@ -69,6 +77,7 @@ from countersign.records import (
     LifecycleEvent,
     NodeRecord,
     Path,
+    StreamChunk,
     parse_json,
 )
 from countersign.registry import Registry
@@ -97,6 +106,7 @@ class SignerConfig:
     max_depth: int = 16
     max_ttl_ms: int = 24 * 3_600_000
     max_grant_ttl_ms: int = 600_000
+    max_session_outputs: int = DEFAULT_MAX_SESSION_OUTPUTS  # receipts per session (ADR 0018)
     cosign_timeout_ms: int = 2_000
     # Lanes (countersign/client/lanes.py): at most this many open from each peer deployer's signer
     # and from each runtime connection, and as many co-signing lanes opened to each parent; a
@@ -128,6 +138,8 @@ class SignerConfig:
             raise ConfigError(f"lanes_per_peer must be between 1 and {MAX_LANES}")
         if self.lane_idle_ms < 1:
             raise ConfigError("lane_idle_ms must be positive")
+        if self.max_session_outputs < 1:
+            raise ConfigError("max_session_outputs must be positive")
 
     @property
     def policy(self) -> SignerPolicy:
@@ -316,27 +328,58 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._metrics.requests.labels(method, "OK").inc()
         return signer_pb2.IssueResponse(path=data, record_digest=digest)
 
-    def _issue_local(self, parent: Path, parent_digest: str, fields: RecordFields, session: str | None) -> Envelope:
-        """Sign a same-deployer child of ``parent`` (a receipt when ``session`` is set), spending a child slot."""
+    def _issue_local(self, parent: Path, parent_digest: str, fields: RecordFields) -> Envelope:
+        """Sign a same-deployer child of ``parent``, spending a child slot."""
         _check(local_child_refusal(self._policy, parent))
 
         def work(tx: Transaction) -> Envelope:
             _check(fanout_refusal(parent.leaf.record, tx.child_count(parent_digest)))
-            record_fields = fields
-            if session is not None:
-                assert fields.output is not None
-                seq, prev = tx.next_in_session(session)
-                record_fields = replace(fields, output=replace(fields.output, seq=seq, prev=prev))
-            envelope = seal(draft_record(CONSTRUCTION, record_fields, self._key.key_id, parent.envelopes), self._key)
-            digest = envelope.digest()
+            envelope = seal(draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes), self._key)
             tx.add_child(parent_digest, envelope.record.nonce)
-            tx.record_issued(digest, Path((*parent.envelopes, envelope)).to_bytes(), envelope.record.expires_ms)
-            if session is not None:
-                assert envelope.record.output is not None
-                tx.advance_session(session, envelope.record.output.seq, digest)
+            tx.record_issued(
+                envelope.digest(), Path((*parent.envelopes, envelope)).to_bytes(), envelope.record.expires_ms
+            )
             return envelope
 
         return self._store.transaction(work)
+
+    def _issue_receipt(self, parent: Path, parent_digest: str, fields: RecordFields) -> bytes:
+        """Sign the next receipt of its session under ``parent`` and store the session's new state, in
+        one transaction: receipts spend no child slot (ADR 0018), only a place in their session.
+        Answers the new path's bytes (for a retried close, the close receipt issued before)."""
+        _check(local_child_refusal(self._policy, parent))
+        _check(receipt_parent_refusal(parent.leaf.record))
+        output = fields.output
+        assert output is not None  # a receipt's fields carry its output
+        limit = self._config.max_session_outputs
+
+        def work(tx: Transaction) -> bytes:
+            state = tx.session(parent_digest, output.session)
+            position = session_position(state, agent_digest=parent_digest, output=output, max_outputs=limit)
+            if isinstance(position, Refusal):
+                raise refusal_error(position)
+            if isinstance(position, EarlierClose):
+                return self._store_path(tx, position.digest)
+            placed = replace(fields, output=positioned(output, position[0], position[1]))
+            envelope = seal(draft_record(CONSTRUCTION, placed, self._key.key_id, parent.envelopes), self._key)
+            digest, data = envelope.digest(), Path((*parent.envelopes, envelope)).to_bytes()
+            tx.record_issued(digest, data, envelope.record.expires_ms)
+            assert envelope.record.output is not None
+            tx.store_session(advanced(state, output.session, parent_digest, envelope.record.output, digest))
+            return data
+
+        return self._store.transaction(work)
+
+    @staticmethod
+    def _store_path(tx: Transaction, digest: str) -> bytes:
+        data = tx.issued_path(digest)
+        if data is None:  # the close receipt's record was collected: nothing to answer again
+            raise _refuse(ErrorCode.SESSION_CLOSED, "the session is closed")
+        return data
+
+    def _receipt_response(self, method: str, data: bytes) -> signer_pb2.IssueResponse:
+        self._metrics.requests.labels(method, "OK").inc()
+        return signer_pb2.IssueResponse(path=data, record_digest=Path.from_bytes(data).leaf.digest())
 
     # --- runtime RPCs ---------------------------------------------------------------------------
 
@@ -361,7 +404,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         parent_record = parent.leaf.record
         agent = _agent_request(request.agent, parent_record.agent.system)
         fields = _allowed(record_fields(self._policy, agent, parent_record.expires_ms, LifecycleEvent.BRANCH, now_ms()))
-        envelope = self._issue_local(parent, digest, fields, None)
+        envelope = self._issue_local(parent, digest, fields)
         self._metrics.requests.labels("IssueLocalChild", "OK").inc()
         return self._response([*parent.envelopes, envelope])
 
@@ -377,10 +420,69 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             instance=request.instance, ttl_ms=request.ttl_ms,
         )  # fmt: skip
         fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
-        assert fields.output is not None  # a receipt's fields carry its output
-        envelope = self._issue_local(parent, digest, fields, fields.output.session)
-        self._metrics.requests.labels("IssueReceipt", "OK").inc()
-        return self._response([*parent.envelopes, envelope])
+        return self._receipt_response("IssueReceipt", self._issue_receipt(parent, digest, fields))
+
+    @servicer_edge
+    def CloseSession(
+        self, request: signer_pb2.CloseSessionRequest, context: grpc.ServicerContext
+    ) -> signer_pb2.IssueResponse:
+        self._require_runtime(context)
+        parent, digest = self._own_parent(request.parent_path)
+        receipt = ReceiptRequest(
+            output_sha256=hashlib.sha256(b"").digest(), session=request.session, instance=request.instance,
+            ttl_ms=request.ttl_ms, close=True,
+        )  # fmt: skip
+        fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
+        answer = self._receipt_response("CloseSession", self._issue_receipt(parent, digest, fields))
+        log.info("session closed", extra={"parent": digest})
+        return answer
+
+    @stream_edge
+    def StreamReceipts(
+        self, chunks: Iterator[signer_pb2.OutputChunk], context: grpc.ServicerContext
+    ) -> Iterator[signer_pb2.ChunkReceipt]:
+        """A stream's pieces in, one receipt per n units out (docs/spec.md 17.6): the chunking is
+        :class:`countersign.cosigning.ChunkBuffer`'s, each receipt issued as by IssueReceipt."""
+        self._require_runtime(context)
+        first = next(chunks, None)
+        if first is None:
+            return
+        unit, n = _allowed(stream_spec(first.unit, first.n))
+        parent, digest = self._own_parent(first.parent_path)
+        buffer = ChunkBuffer(unit, n)
+
+        def sign(data: bytes, units: int, close: bool = False) -> signer_pb2.ChunkReceipt:
+            receipt = ReceiptRequest(
+                output_sha256=hashlib.sha256(data).digest(), session=first.session, instance=first.instance,
+                ttl_ms=first.ttl_ms, stream=None if close else StreamChunk(unit, n, units), close=close,
+            )  # fmt: skip
+            fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
+            path = Path.from_bytes(self._issue_receipt(parent, digest, fields))
+            output = path.leaf.record.output
+            assert output is not None
+            self._metrics.requests.labels("StreamReceipts", "OK").inc()
+            return signer_pb2.ChunkReceipt(
+                path=path.to_bytes(), record_digest=path.leaf.digest(), seq=output.seq,
+                units=0 if close else units, closed=close,
+            )  # fmt: skip
+
+        message: signer_pb2.OutputChunk | None = first
+        closing = False
+        while message is not None:
+            if message is not first and (message.parent_path or message.session or message.unit or message.n):
+                raise _refuse(ErrorCode.INVALID_ARGUMENT, "only the first message names the stream")
+            pieces = _allowed(buffer.add(message.data, message.units)) if message.data or message.units else []
+            for data, units in pieces:
+                yield sign(data, units)
+            if message.close:
+                closing = True
+                break
+            message = next(chunks, None)
+        rest = buffer.flush()
+        if rest is not None:
+            yield sign(*rest)
+        if closing:
+            yield sign(b"", 0, close=True)
 
     @servicer_edge
     def OpenGrant(

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from countersign._daemon.sqlite import open_sqlite, sqlite_file
-from countersign.cosigning import Grant
+from countersign.cosigning import Grant, SessionState
 from countersign.errors import ConfigError, StateUnavailable
+from countersign.records import StreamUnit
 
 # ``issued`` and ``proposals`` hold whole paths (kilobytes a row), so they are ordinary rowid tables:
 # SQLite's guidance keeps WITHOUT ROWID for rows under about a twentieth of a page. The child's two
@@ -33,8 +34,15 @@ SCHEMA = (
     " ON CONFLICT (parent) DO UPDATE SET count = count + 1; END",
     "CREATE TABLE IF NOT EXISTS grants (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_deployer TEXT NOT NULL,"
     " expires_ms INTEGER NOT NULL, manifest_digest TEXT, parent_cosig TEXT) WITHOUT ROWID",
+    # Sessions as an earlier release kept them (by session id alone, across agent records): read only,
+    # so that a session continued after an upgrade does not reuse a seq.
     "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, seq INTEGER NOT NULL, last_digest TEXT NOT NULL)"
     " WITHOUT ROWID",
+    # A session of one agent record (docs/spec.md 17.6): its last receipt, whether it is closed, its
+    # stream's unit and n. A restarted signer neither reuses a seq nor reopens a closed session.
+    "CREATE TABLE IF NOT EXISTS agent_sessions (agent TEXT NOT NULL, session TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " last_digest TEXT NOT NULL, closed INTEGER NOT NULL, stream_unit TEXT, stream_n INTEGER,"
+    " PRIMARY KEY (agent, session)) WITHOUT ROWID",
     # The child side's proposal under each grant, and once sealed the resulting path: a retry re-sends
     # the same edge, or gets the same path back.
     "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
@@ -153,6 +161,10 @@ class Transaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
+    def issued_path(self, digest: str) -> bytes | None:
+        row = self._db.execute("SELECT path FROM issued WHERE digest = ?", (digest,)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def is_issued(self, digest: str) -> bool:
         return self._db.execute("SELECT 1 FROM issued WHERE digest = ?", (digest,)).fetchone() is not None
 
@@ -212,13 +224,28 @@ class Transaction:
     def forget_expired_proposals(self, now_ms: int) -> None:
         self._db.execute("DELETE FROM proposals WHERE expires_ms < ?", (now_ms,))
 
-    def next_in_session(self, session: str) -> tuple[int, str | None]:
-        row = self._db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()
-        return (0, None) if row is None else (int(row[0]) + 1, str(row[1]))
+    def session(self, agent: str, session: str) -> SessionState | None:
+        """The session ``session`` of the agent record ``agent``; for one an earlier release kept (by
+        id alone), its last receipt with no agent, so that continuing it reuses no seq."""
+        row = self._db.execute(
+            "SELECT seq, last_digest, closed, stream_unit, stream_n FROM agent_sessions"
+            " WHERE agent = ? AND session = ?",
+            (agent, session),
+        ).fetchone()
+        if row is not None:
+            seq, last, closed, unit, n = row
+            stream = None if unit is None else (StreamUnit(unit), int(n))
+            return SessionState(session, agent, int(seq), str(last), bool(closed), stream)
+        legacy = self._db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()
+        return None if legacy is None else SessionState(session, None, int(legacy[0]), str(legacy[1]))
 
-    def advance_session(self, session: str, seq: int, digest: str) -> None:
+    def store_session(self, state: SessionState) -> None:
+        assert state.agent is not None  # stored only by this release, which keys sessions by agent record
+        unit, n = (None, None) if state.stream is None else (state.stream[0].value, state.stream[1])
         self._db.execute(
-            "INSERT INTO sessions (session, seq, last_digest) VALUES (?, ?, ?)"
-            " ON CONFLICT (session) DO UPDATE SET seq = excluded.seq, last_digest = excluded.last_digest",
-            (session, seq, digest),
+            "INSERT INTO agent_sessions (agent, session, seq, last_digest, closed, stream_unit, stream_n)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, session) DO UPDATE SET seq = excluded.seq,"
+            " last_digest = excluded.last_digest, closed = excluded.closed, stream_unit = excluded.stream_unit,"
+            " stream_n = excluded.stream_n",
+            (state.agent, state.session, state.last_seq, state.last_digest, int(state.closed), unit, n),
         )

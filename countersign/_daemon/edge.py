@@ -43,6 +43,7 @@ STATUS_OF_CODE: Final[Mapping[ErrorCode, tuple[grpc.StatusCode, bool]]] = {
     ErrorCode.GRANT_EXPIRED: _REFUSED,
     ErrorCode.BAD_COSIGNATURE: _REFUSED,
     ErrorCode.PARENT_REFUSED: _REFUSED,
+    ErrorCode.SESSION_CLOSED: _REFUSED,
 }
 
 

@@ -3,7 +3,7 @@ grant for another deployer, accept another deployer's grant (the co-signed deleg
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -85,6 +85,42 @@ def _grant(response: signer_pb2.OpenGrantResponse, child_deployer: str) -> Grant
 
 def _path(response: signer_pb2.IssueResponse) -> Path:
     return Path.from_bytes(response.path)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkReceipt:
+    """One receipt of a stream (docs/spec.md 17.6): the path to it, its place in the session, the
+    units it covers (0 for the close receipt), and whether it is the session's close receipt."""
+
+    path: Path
+    seq: int
+    units: int
+    closed: bool
+
+
+def _close_request(parent: Path, session: str, ttl_ms: int) -> signer_pb2.CloseSessionRequest:
+    return signer_pb2.CloseSessionRequest(parent_path=parent.to_bytes(), session=session, ttl_ms=ttl_ms)
+
+
+def _output_chunks(
+    parent: Path, pieces: Iterable[bytes | tuple[bytes, int]], session: str, unit: str, n: int, close: bool
+) -> Iterator[signer_pb2.OutputChunk]:
+    """The stream's messages: the first names the stream, each carries a piece (bytes, or bytes with
+    its token count), and with ``close`` a last message closes the session."""
+    yield signer_pb2.OutputChunk(parent_path=parent.to_bytes(), session=session, unit=unit, n=n)
+    for piece in pieces:
+        yield _piece(piece)
+    if close:
+        yield signer_pb2.OutputChunk(close=True)
+
+
+def _piece(piece: bytes | tuple[bytes, int]) -> signer_pb2.OutputChunk:
+    data, units = (piece, 0) if isinstance(piece, bytes) else piece
+    return signer_pb2.OutputChunk(data=data, units=units)
+
+
+def _chunk_receipt(answer: signer_pb2.ChunkReceipt) -> ChunkReceipt:
+    return ChunkReceipt(Path.from_bytes(answer.path), answer.seq, answer.units, answer.closed)
 
 
 # --- clients ----------------------------------------------------------------------------------
@@ -174,6 +210,32 @@ class SignerClient:
         request = _accept_request(parent, grant, parent_signer, instance, ttl_ms, max_children)
         return _path(self._call("AcceptDelegation", request, timeout_s))
 
+    def close_session(self, parent: Path, *, session: str = "", ttl_ms: int = 0, timeout_s: float = 10.0) -> Path:
+        """Close ``session`` (empty: the parent's agent instance) of ``parent``: the path to its close
+        receipt, which commits to the session's count and last receipt. No receipt is issued for the
+        session afterwards (``SESSION_CLOSED``); closing it again answers the same close receipt."""
+        return _path(unary(self._stub.CloseSession)(_close_request(parent, session, ttl_ms), timeout_s))
+
+    def stream_receipts(
+        self,
+        parent: Path,
+        pieces: Iterable[bytes | tuple[bytes, int]],
+        *,
+        session: str,
+        unit: str = "bytes",
+        n: int = 4096,
+        close: bool = False,
+        timeout_s: float = 60.0,
+    ) -> list[ChunkReceipt]:
+        """Send a stream's ``pieces`` as they are emitted (bytes; for ``unit="tokens"`` each with its
+        token count) and receive one receipt per ``n`` units, the rest in a short last chunk, and with
+        ``close`` the close receipt. Raises :class:`ServiceError` as IssueReceipt would."""
+        requests = _output_chunks(parent, pieces, session, unit, n, close)
+        try:
+            return [_chunk_receipt(a) for a in self._stub.StreamReceipts(requests, timeout=timeout_s)]
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
     def close(self) -> None:
         if self._lanes is not None:
             self._lanes.close()
@@ -259,6 +321,28 @@ class AsyncSignerClient:
         """See :meth:`SignerClient.accept`."""
         request = _accept_request(parent, grant, parent_signer, instance, ttl_ms, max_children)
         return _path(await self._call("AcceptDelegation", request, timeout_s))
+
+    async def close_session(self, parent: Path, *, session: str = "", ttl_ms: int = 0, timeout_s: float = 10.0) -> Path:
+        """See :meth:`SignerClient.close_session`."""
+        return _path(await self._call("CloseSession", _close_request(parent, session, ttl_ms), timeout_s))
+
+    async def stream_receipts(
+        self,
+        parent: Path,
+        pieces: Iterable[bytes | tuple[bytes, int]],
+        *,
+        session: str,
+        unit: str = "bytes",
+        n: int = 4096,
+        close: bool = False,
+        timeout_s: float = 60.0,
+    ) -> list[ChunkReceipt]:
+        """See :meth:`SignerClient.stream_receipts`."""
+        requests = _output_chunks(parent, pieces, session, unit, n, close)
+        try:
+            return [_chunk_receipt(a) async for a in self._stub.StreamReceipts(requests, timeout=timeout_s)]
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
 
     async def close(self) -> None:
         await self._channel.close()

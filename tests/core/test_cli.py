@@ -174,11 +174,13 @@ def test_inspect_prints_a_tree_with_cosigners(sample: Path) -> None:
 
 
 def test_conformance_json_reports_every_cell_and_the_pattern() -> None:
-    result = cli("conformance", "--trials", "2", "--json")
+    result = cli("conformance", "--trials", "2", "--session-trials", "2", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["pattern_matches"] is True
     assert len(report["cells"]) == 14 * 6
+    assert len(report["session_cells"]) == 8 * 3
+    assert all(c["matches"] for c in report["session_cells"])
     dag_graft = next(
         c for c in report["cells"] if c["attack"] == "CHILD_KEY_GRAFT" and c["construction"] == "signed-dag"
     )

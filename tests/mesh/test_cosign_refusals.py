@@ -174,9 +174,10 @@ def test_fanout_exceeded(mesh: LocalMesh, rt: dict[str, SignerClient]) -> None:
     error = service_error(lambda: rt["deployer-b"].accept(root, grant, mesh.daemons["deployer-a"].address, "r2"))
     assert_parent_refused(error, "deployer-a", "FANOUT_EXCEEDED")
     before.assert_unchanged()
-    # The same limit holds for the parent's own local children and receipts.
-    local = service_error(lambda: rt["deployer-a"].receipt(root, b"\x00" * 32))
+    # The same limit holds for the parent's own local children; receipts are counted apart (ADR 0018).
+    local = service_error(lambda: rt["deployer-a"].local_child(root, "local"))
     assert (local.code, local.status) == ("FANOUT_EXCEEDED", REFUSED)
+    assert rt["deployer-a"].receipt(root, b"\x00" * 32).leaf.record.max_children == 0
     assert children_of(mesh, "deployer-a", root.leaf.digest()) == 1
 
 

@@ -61,9 +61,11 @@ from countersign.records import (
     OutputReceipt,
     Path,
     Policy,
+    StreamUnit,
 )
 from countersign.registry import Registry
 from countersign.samples import SampleMesh
+from countersign.sessions import SessionEvidence
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, verify_path
 
@@ -604,6 +606,7 @@ def generate(out: FilePath) -> None:
     for item in policy_vectors(m):
         write(out / "policy" / f"{item['name']}.json", item)
     export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
+    session_vectors(m, out / "sessions")
 
 
 EXPORT_FILES = {
@@ -622,6 +625,127 @@ def export_vectors(out: FilePath, path: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for fmt, name in EXPORT_FILES.items():
         (out / name).write_bytes(export_path(path, fmt, output=OUTPUT, subject_name="output.bin"))
+
+
+# --- sessions (docs/spec.md section 17) ---------------------------------------------------------
+
+TURNS = (b"First turn.\n", b"Second turn.\n", b"Third turn.\n")
+STREAM = (b"The s", b"tream", b" ends", b".")  # four-byte chunks; the last one short
+SESSION_ISSUED_MS = CREATED_MS + 1_000  # what SampleMesh.issue_session is told; records created at CREATED_MS
+
+
+def session_vector(
+    name: str,
+    description: str,
+    agent: Path,
+    receipts: Sequence[Envelope],
+    outputs: Sequence[bytes | None],
+    expected: tuple[str, str | None, int | None],
+    *,
+    registry: Registry,
+    require_closed: bool = False,
+) -> dict[str, Any]:
+    """A session presentation: the agent path, the receipts in the order presented, and the bytes of
+    each output (null: not presented)."""
+    verdict, reason, index = expected
+    return {
+        "name": name,
+        "description": description,
+        "now_ms": NOW_MS,
+        "clock_skew_ms": 60_000,
+        "require_closed": require_closed,
+        "registry": registry_json(registry),
+        "session": SessionEvidence(agent, tuple(receipts)).to_json(),
+        "outputs_base64": [None if o is None else base64.b64encode(o).decode() for o in outputs],
+        "expected": {"verdict": verdict, "reason": reason, "index": index},
+    }
+
+
+def session_vectors(m: SampleMesh, out: FilePath) -> None:
+    """Valid sessions, and one named invalid session per session reason."""
+    (out / "valid").mkdir(parents=True, exist_ok=True)
+    (out / "invalid").mkdir(parents=True, exist_ok=True)
+    agent = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:3])  # deployer-b's agent, no output
+    other_agent = Path(
+        build_path(m, Construction.SIGNED_DAG, ["deployer-b"], label="other", prefix=agent.envelopes[:2]).envelopes
+    )
+    other_agent = resign(m, other_agent, 2, lambda r: replace(r, output=None, max_children=2))
+
+    def receipts(on: Path, outputs: Sequence[bytes], session: str = "chat-1", **kw: Any) -> tuple[Envelope, ...]:
+        return m.issue_session(on, outputs, now_ms=SESSION_ISSUED_MS, session=session, label=session, **kw)
+
+    closed = receipts(agent, TURNS, closed=True)
+    stream = receipts(agent, STREAM, "stream-1", closed=True, stream=(StreamUnit.BYTES, 4))
+    turns: list[bytes | None] = list(TURNS)
+    chunks: list[bytes | None] = list(STREAM)
+    valid = [
+        ("turns-open", "three turns of an open session, outputs presented", closed[:3], turns, False),
+        ("turns-closed", "three turns and the close receipt, closed session required", closed, [*turns, None], True),
+        ("stream-closed", "a byte stream in chunks of 4, closed", stream, [*chunks, None], True),
+        ("stream-partial", "the first two chunks of the stream: verifiable up to the last signed chunk",
+         stream[:2], chunks[:2], False),
+    ]  # fmt: skip
+    for name, description, items, outputs, need_closed in valid:
+        body = session_vector(
+            name, description, agent, items, outputs, ("ACCEPT", None, None),
+            registry=m.registry, require_closed=need_closed,
+        )  # fmt: skip
+        write(out / "valid" / f"{name}.json", body)
+
+    other_session = receipts(agent, TURNS, "chat-2")
+    fork = receipts(agent, (TURNS[0], b"Another second turn.\n"), "chat-1-fork")
+    fork_second = resign(m, Path((*agent.envelopes, fork[1])), 3, lambda r: _renamed(r, "chat-1", fork[0].digest()))
+    spliced_agent = receipts(other_agent, TURNS, "chat-1")
+    close = closed[3]
+    after_close = resign(m, Path((*agent.envelopes, closed[2])), 3, lambda r: _after(r, close.digest()))
+    invalid = [
+        ("session-agent-mismatch", "receipt 1 was issued under another agent record (cross-agent splice)",
+         [closed[0], spliced_agent[1], closed[2]], "SESSION_AGENT_MISMATCH", 1, False),
+        ("session-mismatch", "receipt 1 belongs to another session of the agent (cross-session splice)",
+         [closed[0], other_session[1], closed[2]], "SESSION_MISMATCH", 1, False),
+        ("session-duplicate", "receipt 1 presented twice", [closed[0], closed[1], closed[1], closed[2]],
+         "SESSION_DUPLICATE", 1, False),
+        ("session-reordered", "receipts 1 and 2 swapped", [closed[0], closed[2], closed[1]], "SESSION_REORDERED", 1,
+         False),
+        ("session-gap", "receipt 1 dropped", [closed[0], closed[2]], "SESSION_GAP", 1, False),
+        ("session-chain-broken", "a second receipt for position 1, chaining to another receipt 0 (a fork)",
+         [closed[0], fork_second.leaf], "SESSION_CHAIN_BROKEN", 1, False),
+        ("session-truncated", "the closed session shown without its close receipt", closed[:3], "SESSION_TRUNCATED",
+         None, True),
+        ("session-after-close", "a receipt after the close receipt (re-signed by a faulty issuer)",
+         [*closed, after_close.leaf], "SESSION_AFTER_CLOSE", 4, False),
+    ]  # fmt: skip
+    for name, description, items, reason, index, need_closed in invalid:
+        outputs: list[bytes | None] = [None] * len(items)
+        body = session_vector(
+            name, description, agent, items, outputs, ("REJECT", reason, index),
+            registry=m.registry, require_closed=need_closed,
+        )  # fmt: skip
+        write(out / "invalid" / f"{name}.json", body)
+    substituted = [STREAM[0], b"TREAM", STREAM[2], STREAM[3], None]
+    write(
+        out / "invalid" / "session-output-mismatch.json",
+        session_vector(
+            "session-output-mismatch",
+            "chunk 1 of the stream replaced by other bytes",
+            agent,
+            stream,
+            substituted,
+            ("REJECT", "SESSION_OUTPUT_MISMATCH", 1),
+            registry=m.registry,
+            require_closed=True,
+        ),
+    )
+
+
+def _renamed(record: NodeRecord, session: str, prev: str) -> NodeRecord:
+    assert record.output is not None
+    return replace(record, output=replace(record.output, session=session, prev=prev))
+
+
+def _after(record: NodeRecord, close_digest: str) -> NodeRecord:
+    assert record.output is not None
+    return replace(record, nonce=nonce("after-close", 0), output=replace(record.output, seq=4, prev=close_digest))
 
 
 def write(location: FilePath, body: dict[str, Any]) -> None:

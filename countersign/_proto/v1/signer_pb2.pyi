@@ -22,6 +22,123 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class CloseSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_PATH_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    parent_path: _builtins.bytes
+    """canonical path JSON ending at the record whose session this is"""
+    session: _builtins.str
+    """empty: the parent record's agent instance (IssueReceipt's default)"""
+    instance: _builtins.str
+    ttl_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        parent_path: _builtins.bytes = ...,
+        session: _builtins.str = ...,
+        instance: _builtins.str = ...,
+        ttl_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "parent_path", b"parent_path", "session", b"session", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CloseSessionRequest: _TypeAlias = CloseSessionRequest  # noqa: Y015
+
+@_typing.final
+class OutputChunk(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_PATH_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    N_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    UNITS_FIELD_NUMBER: _builtins.int
+    CLOSE_FIELD_NUMBER: _builtins.int
+    parent_path: _builtins.bytes
+    """The first message only (later messages leave them empty):
+    canonical path JSON ending at the record that emits the stream
+    """
+    session: _builtins.str
+    unit: _builtins.str
+    """tokens | bytes"""
+    n: _builtins.int
+    """units per signed chunk (bytes: at most 4 MiB)"""
+    instance: _builtins.str
+    ttl_ms: _builtins.int
+    data: _builtins.bytes
+    """Any message:
+    the next piece of output
+    """
+    units: _builtins.int
+    """tokens in this piece (bytes: 0 or len(data))"""
+    close: _builtins.bool
+    """the last message: sign what is left, then close the session"""
+    def __init__(
+        self,
+        *,
+        parent_path: _builtins.bytes = ...,
+        session: _builtins.str = ...,
+        unit: _builtins.str = ...,
+        n: _builtins.int = ...,
+        instance: _builtins.str = ...,
+        ttl_ms: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        units: _builtins.int = ...,
+        close: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close", b"close", "data", b"data", "instance", b"instance", "n", b"n", "parent_path", b"parent_path", "session", b"session", "ttl_ms", b"ttl_ms", "unit", b"unit", "units", b"units"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputChunk: _TypeAlias = OutputChunk  # noqa: Y015
+
+@_typing.final
+class ChunkReceipt(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    RECORD_DIGEST_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    UNITS_FIELD_NUMBER: _builtins.int
+    CLOSED_FIELD_NUMBER: _builtins.int
+    path: _builtins.bytes
+    """canonical path JSON ending at the chunk's receipt (or the close receipt)"""
+    record_digest: _builtins.str
+    seq: _builtins.int
+    units: _builtins.int
+    """units the chunk covers; 0 for the close receipt"""
+    closed: _builtins.bool
+    """this is the close receipt"""
+    def __init__(
+        self,
+        *,
+        path: _builtins.bytes = ...,
+        record_digest: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        units: _builtins.int = ...,
+        closed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "path", b"path", "record_digest", b"record_digest", "seq", b"seq", "units", b"units"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChunkReceipt: _TypeAlias = ChunkReceipt  # noqa: Y015
+
+@_typing.final
 class RuntimeCall(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -75,6 +75,16 @@ class SignerStub:
                 request_serializer=countersign_dot_v1_dot_signer__pb2.RuntimeCall.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_signer__pb2.RuntimeAnswer.FromString,
                 _registered_method=True)
+        self.CloseSession = channel.unary_unary(
+                '/countersign.v1.Signer/CloseSession',
+                request_serializer=countersign_dot_v1_dot_signer__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_signer__pb2.IssueResponse.FromString,
+                _registered_method=True)
+        self.StreamReceipts = channel.stream_stream(
+                '/countersign.v1.Signer/StreamReceipts',
+                request_serializer=countersign_dot_v1_dot_signer__pb2.OutputChunk.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_signer__pb2.ChunkReceipt.FromString,
+                _registered_method=True)
 
 
 class SignerServicer:
@@ -145,6 +155,26 @@ class SignerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CloseSession(self, request, context):
+        """Runtime of this deployer: close a session of a record this signer issued. The signer issues the
+        close receipt (it commits to the session's count and last receipt digest) and no receipt for the
+        session after it, across restarts (SESSION_CLOSED). Asked again, it answers the same close receipt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamReceipts(self, request_iterator, context):
+        """Runtime of this deployer: a stream's output as it is emitted. The first message names the parent
+        record, the session and the stream's unit and n; every message may carry a piece of output. The
+        signer answers one receipt per n units, each chaining to the one before, and on the end of the
+        stream (or a message with close set) a receipt for the units left over; with close, then the
+        close receipt. A refusal ends the stream with the status IssueReceipt would return.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SignerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +217,16 @@ def add_SignerServicer_to_server(servicer, server):
                     servicer.RuntimeCalls,
                     request_deserializer=countersign_dot_v1_dot_signer__pb2.RuntimeCall.FromString,
                     response_serializer=countersign_dot_v1_dot_signer__pb2.RuntimeAnswer.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=countersign_dot_v1_dot_signer__pb2.CloseSessionRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_signer__pb2.IssueResponse.SerializeToString,
+            ),
+            'StreamReceipts': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamReceipts,
+                    request_deserializer=countersign_dot_v1_dot_signer__pb2.OutputChunk.FromString,
+                    response_serializer=countersign_dot_v1_dot_signer__pb2.ChunkReceipt.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -405,6 +445,60 @@ class Signer:
             '/countersign.v1.Signer/RuntimeCalls',
             countersign_dot_v1_dot_signer__pb2.RuntimeCall.SerializeToString,
             countersign_dot_v1_dot_signer__pb2.RuntimeAnswer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.Signer/CloseSession',
+            countersign_dot_v1_dot_signer__pb2.CloseSessionRequest.SerializeToString,
+            countersign_dot_v1_dot_signer__pb2.IssueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamReceipts(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/countersign.v1.Signer/StreamReceipts',
+            countersign_dot_v1_dot_signer__pb2.OutputChunk.SerializeToString,
+            countersign_dot_v1_dot_signer__pb2.ChunkReceipt.FromString,
             options,
             channel_credentials,
             insecure,

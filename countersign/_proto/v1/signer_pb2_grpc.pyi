@@ -65,6 +65,18 @@ class SignerStub:
     at a time, each answered before the next is sent, each decided exactly as its unary form. A
     refusal ends the stream with the status the unary call would return.
     """
+    CloseSession: _grpc.UnaryUnaryMultiCallable[_signer_pb2.CloseSessionRequest, _signer_pb2.IssueResponse]
+    """Runtime of this deployer: close a session of a record this signer issued. The signer issues the
+    close receipt (it commits to the session's count and last receipt digest) and no receipt for the
+    session after it, across restarts (SESSION_CLOSED). Asked again, it answers the same close receipt.
+    """
+    StreamReceipts: _grpc.StreamStreamMultiCallable[_signer_pb2.OutputChunk, _signer_pb2.ChunkReceipt]
+    """Runtime of this deployer: a stream's output as it is emitted. The first message names the parent
+    record, the session and the stream's unit and n; every message may carry a piece of output. The
+    signer answers one receipt per n units, each chaining to the one before, and on the end of the
+    stream (or a message with close set) a receipt for the units left over; with close, then the
+    close receipt. A refusal ends the stream with the status IssueReceipt would return.
+    """
 
 @_typing.type_check_only
 class SignerAsyncStub(SignerStub):
@@ -99,6 +111,18 @@ class SignerAsyncStub(SignerStub):
     """Runtime of this deployer: the runtime calls above over a long-lived stream (a runtime lane), one
     at a time, each answered before the next is sent, each decided exactly as its unary form. A
     refusal ends the stream with the status the unary call would return.
+    """
+    CloseSession: _aio.UnaryUnaryMultiCallable[_signer_pb2.CloseSessionRequest, _signer_pb2.IssueResponse]  # type: ignore[assignment]
+    """Runtime of this deployer: close a session of a record this signer issued. The signer issues the
+    close receipt (it commits to the session's count and last receipt digest) and no receipt for the
+    session after it, across restarts (SESSION_CLOSED). Asked again, it answers the same close receipt.
+    """
+    StreamReceipts: _aio.StreamStreamMultiCallable[_signer_pb2.OutputChunk, _signer_pb2.ChunkReceipt]  # type: ignore[assignment]
+    """Runtime of this deployer: a stream's output as it is emitted. The first message names the parent
+    record, the session and the stream's unit and n; every message may carry a piece of output. The
+    signer answers one receipt per n units, each chaining to the one before, and on the end of the
+    stream (or a message with close set) a receipt for the units left over; with close, then the
+    close receipt. A refusal ends the stream with the status IssueReceipt would return.
     """
 
 class SignerServicer(metaclass=_abc_1.ABCMeta):
@@ -179,6 +203,30 @@ class SignerServicer(metaclass=_abc_1.ABCMeta):
         """Runtime of this deployer: the runtime calls above over a long-lived stream (a runtime lane), one
         at a time, each answered before the next is sent, each decided exactly as its unary form. A
         refusal ends the stream with the status the unary call would return.
+        """
+
+    @_abc_1.abstractmethod
+    def CloseSession(
+        self,
+        request: _signer_pb2.CloseSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_signer_pb2.IssueResponse, _abc.Awaitable[_signer_pb2.IssueResponse]]:
+        """Runtime of this deployer: close a session of a record this signer issued. The signer issues the
+        close receipt (it commits to the session's count and last receipt digest) and no receipt for the
+        session after it, across restarts (SESSION_CLOSED). Asked again, it answers the same close receipt.
+        """
+
+    @_abc_1.abstractmethod
+    def StreamReceipts(
+        self,
+        request_iterator: _MaybeAsyncIterator[_signer_pb2.OutputChunk],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_signer_pb2.ChunkReceipt], _abc.AsyncIterator[_signer_pb2.ChunkReceipt]]:
+        """Runtime of this deployer: a stream's output as it is emitted. The first message names the parent
+        record, the session and the stream's unit and n; every message may carry a piece of output. The
+        signer answers one receipt per n units, each chaining to the one before, and on the end of the
+        stream (or a message with close set) a receipt for the units left over; with close, then the
+        close receipt. A refusal ends the stream with the status IssueReceipt would return.
         """
 
 def add_SignerServicer_to_server(servicer: SignerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,298 @@
+"""Session evidence: one agent's ordered outputs, verified as a whole (docs/spec.md section 17).
+
+A consumer presents the path to the emitting agent and the session's receipt envelopes in session
+order (optionally with the bytes of each output). Every receipt is checked as the path agent → receipt
+would be (section 6, step W), and in addition: one emitting agent, one session, no receipt twice,
+``seq`` 0, 1, 2, ... without a gap, each ``prev`` the digest of the receipt before, nothing after a
+close receipt, every output's hash, and (when asked) a close receipt at the end. Each way a session
+can be rearranged has its own reason, reported at the first offending receipt.
+
+This is the audit-style check: nothing is consumed. What the durable state step must admit for an
+accepted session (the agent path's edges and one leaf nonce per receipt, all or nothing) is returned
+beside the verdict, for a verifier to apply (:class:`SessionAdmission`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from countersign.canonical import DIGEST_PREFIX, JsonValue, b64url_decode_validated
+from countersign.constructions import parent_link, record_signing_input
+from countersign.errors import MalformedError
+from countersign.reasons import Reason, VerificationResult
+from countersign.records import (
+    FORMAT_VERSION,
+    MAX_DEPTH,
+    Envelope,
+    NodeRecord,
+    Path,
+    UnsupportedVersionError,
+    _int,
+    _object,
+    nesting_exceeds,
+    parse_json,
+)
+from countersign.registry import KeyProblem, Registry
+from countersign.state import ChildEdge, LeafNonce
+from countersign.verify import (
+    DEFAULT_POLICY,
+    SERIAL,
+    SignatureBatch,
+    VerifierPolicy,
+    edge_violation,
+    malformed_result,
+    replay_key,
+    walk,
+)
+
+MAX_SESSION_RECEIPTS: Final = 65_536
+MAX_SESSION_INPUT_BYTES: Final = 64 << 20
+SESSION_KEYS: Final = frozenset({"v", "agent", "receipts"})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvidence:
+    """The path to the emitting agent, and its session's receipt envelopes in the order presented."""
+
+    agent: Path
+    receipts: tuple[Envelope, ...]
+    v: int = FORMAT_VERSION
+
+    @classmethod
+    def from_json(cls, value: object) -> SessionEvidence:
+        if type(value) is dict and type(value.get("v")) is int and value["v"] != FORMAT_VERSION:
+            raise UnsupportedVersionError(f"session version {value['v']} is not supported")
+        obj: dict[str, Any] = _object(value, SESSION_KEYS, "session")
+        _int(obj["v"], "session.v", FORMAT_VERSION, FORMAT_VERSION)
+        try:
+            agent = Path.from_json(obj["agent"])
+        except MalformedError as exc:  # an index here names an agent envelope, not a receipt
+            raise type(exc)(f"session.agent: {exc}") from None
+        items = obj["receipts"]
+        if type(items) is not list or not 1 <= len(items) <= MAX_SESSION_RECEIPTS:
+            raise MalformedError(f"session.receipts must be a list of 1 to {MAX_SESSION_RECEIPTS} envelopes")
+        receipts = []
+        for index, item in enumerate(items):
+            try:
+                receipts.append(Envelope.from_json(item))
+            except MalformedError as exc:
+                raise type(exc)(f"receipt {index}: {exc}", index=index) from None
+        return cls(agent, tuple(receipts))
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"v": self.v, "agent": self.agent.to_json(), "receipts": [r.to_json() for r in self.receipts]}
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes (keys sort ``agent`` < ``receipts`` < ``v``), composed like :meth:`Path.to_bytes`."""
+        body = b",".join(receipt.canonical_bytes() for receipt in self.receipts)
+        return b'{"agent":' + self.agent.to_bytes() + b',"receipts":[' + body + b'],"v":%d}' % self.v
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SessionEvidence:
+        """Parse session evidence from JSON bytes; raises MalformedError (never anything else)."""
+        try:
+            return cls.from_json(parse_json(data, MAX_SESSION_INPUT_BYTES))
+        except MalformedError:
+            if nesting_exceeds(bytes(data)):
+                raise MalformedError("input is nested too deep") from None
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAdmission:
+    """What the durable state step must admit for an accepted session, atomically, all or nothing:
+    the agent path's edges (receipts are not counted against ``max_children``, ADR 0018) and every
+    receipt's nonce (in accept mode, each consumed; any one already consumed rejects the session)."""
+
+    edges: tuple[ChildEdge, ...]
+    leaves: tuple[LeafNonce, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCheck:
+    """The verdict of :func:`check_session`, and on accept what the state step must admit."""
+
+    result: VerificationResult
+    admission: SessionAdmission | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentPrefix:
+    """What the checks of a record under the agent's leaf need from the agent path (spec 6.4)."""
+
+    leaf: NodeRecord
+    link: str | None
+    position: int
+    depth_limit: int
+    nonces: frozenset[str]
+
+    @classmethod
+    def of(cls, agent: Path) -> _AgentPrefix:
+        limits = [e.record.policy.max_depth for e in agent.envelopes if e.record.policy.max_depth is not None]
+        return cls(
+            agent.leaf.record,
+            parent_link(agent.leaf.record.construction, agent.envelopes),
+            len(agent),
+            min([MAX_DEPTH, *limits]),
+            frozenset(e.record.nonce for e in agent.envelopes),
+        )
+
+
+def _receipt_walk(
+    prefix: _AgentPrefix, receipt: Envelope, registry: Registry, now_ms: int, policy: VerifierPolicy
+) -> VerificationResult | None:
+    """Step W for the last record of ``agent ‖ receipt`` alone, once the agent path passed step W:
+    a record's checks depend only on the records before it, so the agent path's verdict holds for every
+    receipt's path, and this gives the verdict of the whole walk (the same-deployer receipts of a
+    session only: no co-signatures). ``tests/core/test_session_properties.py`` holds it equal to
+    :func:`countersign.verify.walk` over the whole path."""
+    record, index, parent = receipt.record, prefix.position, prefix.leaf
+    construction = parent.construction
+    if record.construction is not construction:
+        return VerificationResult.reject(Reason.MALFORMED, index, "records of one path share a construction")
+    if construction.signed:
+        key = registry.resolve(record.deployer, record.key_id, record.created_ms)
+        if isinstance(key, KeyProblem):
+            return VerificationResult.reject(key.reason, index, key.detail)
+        assert receipt.sig is not None
+        message = record_signing_input(construction, receipt.record_json, receipt.record_bytes())
+        if not key.verify(message, b64url_decode_validated(receipt.sig)):
+            return VerificationResult.reject(Reason.BAD_SIGNATURE, index, "primary signature does not verify")
+    skew = policy.clock_skew_ms
+    if record.created_ms > now_ms + skew:
+        return VerificationResult.reject(Reason.NOT_YET_VALID, index, "record created in the future")
+    if record.expires_ms + skew <= now_ms:
+        return VerificationResult.reject(Reason.EXPIRED, index, "record expired")
+    violation = edge_violation(parent, prefix.link, record, index)
+    if violation is not None:
+        return VerificationResult.reject(violation.reason, index, violation.detail)
+    if construction.cosigns_edges and record.cosigs:
+        return VerificationResult.reject(Reason.MALFORMED, index, "a same-deployer edge carries no co-signatures")
+    own = record.policy.max_depth
+    if index > (prefix.depth_limit if own is None else min(prefix.depth_limit, own)):
+        return VerificationResult.reject(Reason.POLICY_VIOLATION, index, "a max_depth policy forbids this depth")
+    if record.nonce in prefix.nonces:
+        return VerificationResult.reject(Reason.DUPLICATE_NONCE, index, "nonce repeats inside the path")
+    return None
+
+
+def _reject(reason: Reason, index: int | None, detail: str) -> SessionCheck:
+    return SessionCheck(VerificationResult.reject(reason, index, detail))
+
+
+def check_session(
+    session: SessionEvidence,
+    outputs: Sequence[bytes | None] | None = None,
+    *,
+    registry: Registry,
+    now_ms: int,
+    require_closed: bool = False,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+    signatures: SignatureBatch = SERIAL,
+    request_id: str = "",
+) -> SessionCheck:
+    """Verify ``session`` in the order of docs/spec.md 17.3; consume nothing.
+
+    ``outputs[i]`` (when given) are the bytes presented for receipt *i* (None: not presented, not
+    checked); the list, when given, has one entry per receipt. ``require_closed``: the session must end
+    with its close receipt. The result's index is the receipt's position in ``session.receipts``.
+    """
+    receipts = session.receipts
+    if outputs is not None and len(outputs) != len(receipts):
+        raise ValueError(f"{len(outputs)} outputs for {len(receipts)} receipts")
+    agent = session.agent
+    agent_record = agent.leaf.record
+    link = parent_link(agent.envelopes[0].record.construction, agent.envelopes)
+    digests = [receipt.digest() for receipt in receipts]
+    copies = Counter(digests)
+    seqs = [None if r.record.output is None else r.record.output.seq for r in receipts]
+    edges: list[ChildEdge] = []
+    leaves: list[LeafNonce] = []
+    first_output = None
+    first_stream = None
+    skew = policy.clock_skew_ms
+    for index, receipt in enumerate(receipts):
+        record = receipt.record
+        if record.parent != link or record.deployer != agent_record.deployer:
+            return _reject(
+                Reason.SESSION_AGENT_MISMATCH, index, "the receipt was not issued under the session's agent record"
+            )
+        if index == 0:  # the whole path once: the agent path's checks, its edges for the state step
+            result, edges = walk(
+                Path((*agent.envelopes, receipt)),
+                registry=registry,
+                now_ms=now_ms,
+                policy=policy,
+                signatures=signatures,
+            )
+            prefix = _AgentPrefix.of(agent)
+        else:  # the agent path passed with receipt 0: only this receipt's own record is left to check
+            found = _receipt_walk(prefix, receipt, registry, now_ms, policy)
+            result = VerificationResult.accept() if found is None else found
+        if not result:
+            assert result.reason is not None
+            return _reject(result.reason, index, f"path envelope {result.index}: {result.detail}")
+        output = record.output
+        if output is None:
+            return _reject(Reason.OUTPUT_MISSING, index, "the receipt has no output section")
+        if index == 0:
+            first_output = output
+        assert first_output is not None
+        if output.session != first_output.session:
+            return _reject(Reason.SESSION_MISMATCH, index, f"receipt of session {output.session!r}")
+        if output.stream is not None:
+            if first_stream is None:
+                first_stream = output.stream
+            elif (output.stream.unit, output.stream.n) != (first_stream.unit, first_stream.n):
+                return _reject(Reason.SESSION_MISMATCH, index, "the chunk belongs to another stream of the session")
+        if index > 0:
+            before = receipts[index - 1].record.output
+            assert before is not None
+            if before.close is not None:
+                return _reject(Reason.SESSION_AFTER_CLOSE, index, "a receipt follows the close receipt")
+        if copies[digests[index]] > 1:
+            return _reject(Reason.SESSION_DUPLICATE, index, "the receipt is presented more than once")
+        if output.seq != index:
+            if index in seqs[index + 1 :]:
+                return _reject(Reason.SESSION_REORDERED, index, f"seq {output.seq} at position {index}")
+            if output.seq > index:
+                return _reject(Reason.SESSION_GAP, index, f"seq {output.seq} at position {index}: a receipt is missing")
+            return _reject(Reason.SESSION_CHAIN_BROKEN, index, f"a second receipt for position {output.seq}")
+        if index > 0 and output.prev != digests[index - 1]:
+            return _reject(Reason.SESSION_CHAIN_BROKEN, index, "prev is not the digest of the receipt before")
+        presented = None if outputs is None else outputs[index]
+        if presented is not None and DIGEST_PREFIX + hashlib.sha256(presented).hexdigest() != output.sha256:
+            return _reject(Reason.SESSION_OUTPUT_MISMATCH, index, "SHA-256 of the output differs from the signed hash")
+        leaves.append(LeafNonce(replay_key(record.deployer, record.nonce), record.expires_ms + skew, index, request_id))
+    last = receipts[-1].record.output
+    assert last is not None
+    if require_closed and last.close is None:
+        return _reject(Reason.SESSION_TRUNCATED, None, f"the session ends after {len(receipts)} receipts, unclosed")
+    return SessionCheck(VerificationResult.accept(), SessionAdmission(tuple(edges), tuple(leaves)))
+
+
+def check_session_bytes(
+    data: bytes,
+    outputs: Sequence[bytes | None] | None = None,
+    *,
+    registry: Registry,
+    now_ms: int,
+    require_closed: bool = False,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+    signatures: SignatureBatch = SERIAL,
+) -> SessionCheck:
+    """Parse, then :func:`check_session`. Malformed input is a ``MALFORMED`` (or version) reject."""
+    try:
+        session = SessionEvidence.from_bytes(data)
+    except MalformedError as exc:
+        return SessionCheck(malformed_result(exc))
+    if outputs is not None and len(outputs) != len(session.receipts):
+        return _reject(Reason.MALFORMED, None, f"{len(outputs)} outputs for {len(session.receipts)} receipts")
+    return check_session(
+        session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
+        signatures=signatures,
+    )  # fmt: skip
