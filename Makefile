@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types unit bench conformance proto vectors clean venv zones zones-deps browser-deps
+.PHONY: demo test lint types unit bench workflow conformance proto vectors clean venv zones zones-deps browser-deps
 
 include infra/tools.mk
 
@@ -13,7 +13,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,export,postgres,aws]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,export,postgres,aws,langgraph]'
 	@touch $@
 
 demo: $(STAMP)
@@ -50,6 +50,10 @@ vectors: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# The paper's LangGraph experiment (Planner -> Researcher -> Writer on three deployers), beside its figures.
+workflow: $(STAMP)
+	$(PY) -m bench.workflow
 
 # Three zones on one machine (network namespaces): latency, issuance and revocation delay.
 zones: $(STAMP) zones-deps

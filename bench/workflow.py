@@ -278,7 +278,8 @@ def report(results: dict[str, Any]) -> str:
         f"LangGraph workflow: Planner (deployer-a) -> Researcher (deployer-b) -> Writer (deployer-c), "
         f"{results['warmup']} warm-ups, {results['runs']} runs; ms",
         "",
-        "| condition | signing per node, mean | p95 | per task, mean | p95 | receipt-and-chain verification, mean | p95 |",
+        "| condition | signing per node, mean | p95 | per task, mean | p95 | receipt-and-chain verification, mean"
+        " | p95 |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for label, *figures in rows:

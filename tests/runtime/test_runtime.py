@@ -135,7 +135,7 @@ def test_configuration_errors_say_what_is_missing(runtime_mesh: LocalMesh) -> No
     with pytest.raises(ConfigError, match="COUNTERSIGN_SIGNER"):
         Runtime.from_env({})
     env = runtime_env(runtime_mesh, "deployer-a")
-    with pytest.raises(ConfigError, match="tls.cert"):
+    with pytest.raises(ConfigError, match=r"tls\.cert"):
         Runtime.from_env({k: v for k, v in env.items() if k != "COUNTERSIGN_CLIENT_CERT"})
     with pytest.raises(ConfigError, match="COUNTERSIGN_VERIFIER or COUNTERSIGN_REGISTRY"):
         verify_path(b"{}", b"", environ={})
