@@ -73,7 +73,7 @@ def writer(state: Research) -> dict[str, str]:
     return {"draft": f"Report. {state['notes'].removeprefix('Notes: ').capitalize()} (after: {state['plan'][:20]}…)"}
 
 
-def build(signing: Signing) -> Any:
+def build(signing: Signing, checkpointer: Any = None) -> Any:
     graph = StateGraph(Research)
     for name, fn, deployer in zip(NODES, (planner, researcher, writer), DEPLOYERS, strict=True):
         graph.add_node(name, signed_node(fn, deployer, signing))
@@ -81,7 +81,7 @@ def build(signing: Signing) -> Any:
     graph.add_edge("planner", "researcher")
     graph.add_edge("researcher", "writer")
     graph.add_edge("writer", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 # --- signing in one process with the core's constructions ---------------------------------------
@@ -176,9 +176,12 @@ def measure(signing: Signing, verify: Callable[[Path, bytes], bool], warmup: int
     per_task: list[float] = []
     per_node: dict[str, list[float]] = {name: [] for name in NODES}
     verification: list[float] = []
+    runs_ms: list[float] = []
     for index in range(warmup + runs):
         timed.node_seconds.clear()
+        started = time.perf_counter()
         final = graph.invoke({"topic": TOPIC})
+        run_ms = (time.perf_counter() - started) * 1e3
         receipt, draft = final["countersign"].receipt_of("writer"), final["draft"].encode()
         started = time.perf_counter()
         accepted = verify(receipt, draft)
@@ -188,6 +191,7 @@ def measure(signing: Signing, verify: Callable[[Path, bytes], bool], warmup: int
         if index < warmup:
             continue
         verification.append(elapsed * 1e3)
+        runs_ms.append(run_ms)
         per_task.append(sum(seconds for _, seconds in timed.node_seconds) * 1e3)
         for name, seconds in timed.node_seconds:
             per_node[name].append(seconds * 1e3)
@@ -197,7 +201,27 @@ def measure(signing: Signing, verify: Callable[[Path, bytes], bool], warmup: int
         "by_node": {name: summary(samples) for name, samples in per_node.items()},
         "task": summary(per_task),
         "verify": summary(verification),
+        "graph_run": summary(runs_ms),
     }
+
+
+def unsigned_graph(warmup: int, runs: int) -> dict[str, float]:
+    """The same graph without evidence: what a run costs LangGraph itself."""
+    graph = StateGraph(Research)
+    for name, fn in zip(NODES, (planner, researcher, writer), strict=True):
+        graph.add_node(name, fn)
+    graph.add_edge(START, "planner")
+    graph.add_edge("planner", "researcher")
+    graph.add_edge("researcher", "writer")
+    graph.add_edge("writer", END)
+    compiled: Any = graph.compile()
+    samples = []
+    for index in range(warmup + runs):
+        started = time.perf_counter()
+        compiled.invoke({"topic": TOPIC})
+        if index >= warmup:
+            samples.append((time.perf_counter() - started) * 1e3)
+    return summary(samples)
 
 
 def in_process(construction: Construction, warmup: int, runs: int) -> dict[str, Any]:
@@ -250,6 +274,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "warmup": warmup,
         "runs": runs,
         "raw_ed25519_sign_ms": raw_sign_ms(),
+        "unsigned_graph_run": unsigned_graph(warmup, runs),
         "linked_list_in_process": in_process(Construction.LINKED_LIST, warmup, runs),
         "signed_dag_in_process": in_process(Construction.SIGNED_DAG, warmup, runs),
         "signed_dag_mtls": over_mtls(warmup, runs),
@@ -289,6 +314,12 @@ def report(results: dict[str, Any]) -> str:
         by_node = results[key]["by_node"]
         cells = [f"{_ms(by_node[n]['mean'])} ({_ms(by_node[n]['p95'])})" for n in NODES]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| whole graph run (invoke) | mean | p95 |", "|---|---:|---:|"]
+    bare = results["unsigned_graph_run"]
+    lines.append(f"| without evidence | {_ms(bare['mean'])} | {_ms(bare['p95'])} |")
+    for key, label in names.items():
+        run = results[key]["graph_run"]
+        lines.append(f"| {label} | {_ms(run['mean'])} | {_ms(run['p95'])} |")
     raw = results["raw_ed25519_sign_ms"]
     node = results["linked_list_in_process"]["node"]["mean"]
     lines += [

@@ -72,30 +72,70 @@ def require_langgraph() -> Any:
 
 @dataclass(frozen=True)
 class SignedOutput:
-    """One node run's output receipt: which agent emitted it, and which state keys its bytes come from."""
+    """One node run's output receipt: which agent emitted it, which state keys its bytes come from,
+    and the receipt path as canonical path JSON (``receipt_json``; :attr:`receipt` parses it, strictly,
+    once). Plain fields, so that a checkpointer stores it and a state read back from one is re-parsed
+    as evidence, not trusted as objects."""
 
     node: str  # the agent instance (the node's name unless given)
     keys: tuple[str, ...]  # the state keys of the node's output, in the order it wrote them
-    receipt: Path
+    receipt_json: bytes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys))  # a checkpoint gives lists back
+
+    @classmethod
+    def of(cls, node: str, keys: Sequence[str], receipt: Path) -> "SignedOutput":
+        signed = cls(node, tuple(keys), receipt.to_bytes())
+        signed.__dict__["receipt"] = receipt
+        return signed
+
+    @functools.cached_property
+    def receipt(self) -> Path:
+        """The receipt path. Raises MalformedError when the stored bytes are not one."""
+        return Path.from_bytes(self.receipt_json)
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What the graph's state carries under ``"countersign"``.
 
-    ``path``: the record of the agent that ran last (the parent of the next node's record);
-    ``receipts``: every node run's :class:`SignedOutput`, in order; ``handoff``: another deployer's
-    delegation for the graph's first node to accept (:meth:`from_handoff`), spent once it is."""
+    :attr:`path`: the record of the agent that ran last (the parent of the next node's record);
+    ``receipts``: every node run's :class:`SignedOutput`, in order; :attr:`handoff`: another
+    deployer's delegation for the graph's first node to accept (:meth:`from_handoff`), spent once it
+    is. Stored as path JSON and the handoff string (``path_json``, ``handoff_text``), parsed strictly on
+    first use, so the state survives a checkpointer (``CHECKPOINT_TYPES``)."""
 
-    path: Path | None = None
+    path_json: bytes | None = None
     receipts: tuple[SignedOutput, ...] = ()
-    handoff: Delegation | None = None
+    handoff_text: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "receipts", tuple(self.receipts))
+
+    @classmethod
+    def of(
+        cls, path: Path | None, receipts: Sequence[SignedOutput] = (), handoff: Delegation | None = None
+    ) -> "Evidence":
+        evidence = cls(
+            None if path is None else path.to_bytes(), tuple(receipts), None if handoff is None else str(handoff)
+        )
+        evidence.__dict__.update(path=path, handoff=handoff)
+        return evidence
 
     @classmethod
     def from_handoff(cls, handoff: Delegation | str) -> "Evidence":
         """Start a graph under another deployer's delegation (parsed strictly if a string; raises
         :class:`countersign.client.HandoffError`)."""
-        return cls(handoff=Delegation.from_string(handoff) if isinstance(handoff, str) else handoff)
+        return cls.of(None, (), Delegation.from_string(handoff) if isinstance(handoff, str) else handoff)
+
+    @functools.cached_property
+    def path(self) -> Path | None:
+        return None if self.path_json is None else Path.from_bytes(self.path_json)
+
+    @functools.cached_property
+    def handoff(self) -> Delegation | None:
+        return None if self.handoff_text is None else Delegation.from_string(self.handoff_text)
 
     def receipt_of(self, node: str) -> Path:
         """The latest receipt of ``node``. Raises KeyError if it signed none."""
@@ -105,15 +145,28 @@ class Evidence:
         raise KeyError(node)
 
 
+# The types a checkpointer's serializer must be allowed to rebuild when it is strict, for example
+# ``JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)``: fields of plain bytes, str, tuples.
+CHECKPOINT_TYPES = ((__name__, "Evidence"), (__name__, "SignedOutput"))
+
+
 def merge_evidence(left: Evidence | None, right: Evidence | None) -> Evidence:
     """The reducer of the evidence key: receipts accumulate in order, the newest agent path wins, and a
     pending handoff is spent by the first update that brings an agent path. (Parallel branches each
     add their receipts; ``path`` is then the last branch merged.)"""
     if left is None or right is None:
         return right or left or Evidence()
-    if right.path is not None:
-        return Evidence(right.path, left.receipts + right.receipts, None)
-    return Evidence(left.path, left.receipts + right.receipts, right.handoff or left.handoff)
+    if right.path_json is not None:
+        merged = Evidence(right.path_json, left.receipts + right.receipts, None)
+        if "path" in right.__dict__:
+            merged.__dict__["path"] = right.path
+        return merged
+    pending = right if right.handoff_text is not None else left
+    merged = Evidence(left.path_json, left.receipts + right.receipts, pending.handoff_text)
+    for name, source in (("path", left), ("handoff", pending)):
+        if name in source.__dict__:
+            merged.__dict__[name] = source.__dict__[name]
+    return merged
 
 
 class EvidenceState(TypedDict, total=False):
@@ -307,7 +360,7 @@ def signed_node(
             result = await fn(state, **kwargs)
             update, keys = _split(result, name, output_keys)
             receipt = await asigning.receipt(deployer, agent, output_bytes({k: update[k] for k in keys}))
-            return _with_evidence(result, update, Evidence(agent, (SignedOutput(name, keys, receipt),)))
+            return _with_evidence(result, update, Evidence.of(agent, (SignedOutput.of(name, keys, receipt),)))
 
         return async_signed
 
@@ -320,7 +373,7 @@ def signed_node(
         result = fn(state, **kwargs)
         update, keys = _split(result, name, output_keys)
         receipt = ssigning.receipt(deployer, agent, output_bytes({k: update[k] for k in keys}))
-        return _with_evidence(result, update, Evidence(agent, (SignedOutput(name, keys, receipt),)))
+        return _with_evidence(result, update, Evidence.of(agent, (SignedOutput.of(name, keys, receipt),)))
 
     return sync_signed
 
@@ -376,7 +429,7 @@ def verify_state(
             return verify_state(state, verifier=client, audit=audit)
     return StateVerdict(
         tuple(
-            (signed, verify_path(signed.receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit,
+            (signed, verify_path(signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit,
                                  environ=environ))
             for signed, data in checks
         )
@@ -402,7 +455,7 @@ async def averify_state(
     outputs = []
     for signed, data in checks:
         verdict = await averify_path(
-            signed.receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ
+            signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ
         )
         outputs.append((signed, verdict))
     return StateVerdict(tuple(outputs))

@@ -20,6 +20,7 @@ from countersign.integrations.langgraph import (
     Evidence,
     EvidenceState,
     MeshSigning,
+    SignedOutput,
     averify_state,
     signed_node,
     verify_state,
@@ -219,7 +220,8 @@ def test_a_tampered_receipt_or_output_in_the_final_state_is_rejected(
     tampered = {
         **final,
         "countersign": dataclasses.replace(
-            evidence, receipts=(*evidence.receipts[:-1], dataclasses.replace(writer_signed, receipt=tampered_path))
+            evidence,
+            receipts=(*evidence.receipts[:-1], SignedOutput.of(writer_signed.node, writer_signed.keys, tampered_path)),
         ),
     }
     verdict = verify_state(tampered, registry=registry)

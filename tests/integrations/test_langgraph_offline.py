@@ -13,15 +13,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from bench.workflow import DEPLOYERS, InProcessSigning, Research, build, planner
+from countersign.errors import MalformedError
 from countersign.integrations import langgraph as integration
 from countersign.integrations.langgraph import (
+    CHECKPOINT_TYPES,
     Evidence,
     EvidenceState,
     MeshSigning,
+    SignedOutput,
     merge_evidence,
     output_bytes,
     signed_node,
@@ -149,10 +154,35 @@ def test_the_reducer_accumulates_receipts_and_spends_a_handoff() -> None:
     merged = merge_evidence(first, second)
     assert merged.receipts == first.receipts + second.receipts and merged.path == second.path
     assert merge_evidence(None, None) == Evidence() and merge_evidence(first, None) is first
-    pending = Evidence(handoff=object())  # type: ignore[arg-type]
-    assert merge_evidence(Evidence(), pending).handoff is pending.handoff
-    assert merge_evidence(pending, Evidence(path=first.path)).handoff is None
-    assert merge_evidence(pending, Evidence(receipts=first.receipts)).handoff is pending.handoff
+    pending = Evidence(handoff_text="cs1.pending")  # the reducer does not parse it
+    assert merge_evidence(Evidence(), pending).handoff_text == "cs1.pending"
+    assert merge_evidence(pending, Evidence.of(first.path)).handoff_text is None
+    assert merge_evidence(pending, Evidence(receipts=first.receipts)).handoff_text == "cs1.pending"
+
+
+def test_the_state_survives_a_strict_checkpointer() -> None:
+    serde = JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
+    graph = build(in_process(), checkpointer=InMemorySaver(serde=serde))
+    thread = {"configurable": {"thread_id": "research-1"}}
+    graph.invoke({"topic": "locks"}, thread)
+    stored = graph.get_state(thread).values  # read back from the checkpoint
+    assert isinstance(stored["countersign"], Evidence) and "path" not in stored["countersign"].__dict__
+    assert verify_state(stored, registry=SAMPLE.registry)
+    # The next turn on the same thread continues under the last agent, and every receipt still verifies.
+    again = graph.invoke({"topic": "locks"}, thread)
+    assert len(again["countersign"].receipts) == 6 and len(again["countersign"].path) == 6
+    assert verify_state(again, registry=SAMPLE.registry)
+
+
+def test_evidence_read_back_is_parsed_strictly() -> None:
+    final = build(in_process()).invoke({"topic": "locks"})
+    signed = final["countersign"].receipts[0]
+    broken = SignedOutput(signed.node, list(signed.keys), signed.receipt_json[:-2])  # type: ignore[arg-type]
+    assert broken.keys == signed.keys
+    with pytest.raises(MalformedError):
+        _ = broken.receipt
+    verdict = verify_state({**final, "countersign": Evidence(receipts=(broken,))}, registry=SAMPLE.registry)
+    assert [v.reason for _, v in verdict.outputs] == [Reason.MALFORMED]
 
 
 def test_without_langgraph_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
