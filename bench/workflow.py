@@ -50,6 +50,7 @@ DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
 NODES = ("planner", "researcher", "writer")
 WARMUP, RUNS = 100, 1_000
 TOPIC = "the history of suspension bridges"
+RECORD_SIZED = b"x" * 700  # a node record's signing input is about this long
 # The paper's figures (M1 Pro, Python 3.11, LINKED-LIST in one process), in ms.
 PAPER = {"node_mean": 0.171, "node_p95": 0.214, "task_mean": 0.512, "verify_mean": 0.832, "verify_p95": 1.013}
 
@@ -169,62 +170,101 @@ def summary(samples_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
-def measure(signing: Signing, verify: Callable[[Path, bytes], bool], warmup: int, runs: int) -> dict[str, Any]:
-    """Run the graph ``warmup + runs`` times; the figures of the last ``runs``."""
-    timed = TimedSigning(signing)
-    graph = build(timed)
-    per_task: list[float] = []
-    per_node: dict[str, list[float]] = {name: [] for name in NODES}
-    verification: list[float] = []
-    runs_ms: list[float] = []
-    for index in range(warmup + runs):
-        timed.node_seconds.clear()
+class Condition:
+    """One way of running the graph, measured a run at a time (so conditions can be interleaved)."""
+
+    def __init__(self, signing: Signing, verify: Callable[[Path, bytes], bool]) -> None:
+        self.timed = TimedSigning(signing)
+        self.graph = build(self.timed)
+        self.verify = verify
+        self.per_task: list[float] = []
+        self.per_node: dict[str, list[float]] = {name: [] for name in NODES}
+        self.verification: list[float] = []
+        self.runs_ms: list[float] = []
+
+    def step(self, keep: bool) -> None:
+        """One graph run and the check of its Writer's receipt; ``keep``: record the figures."""
+        self.timed.node_seconds.clear()
         started = time.perf_counter()
-        final = graph.invoke({"topic": TOPIC})
+        final = self.graph.invoke({"topic": TOPIC})
         run_ms = (time.perf_counter() - started) * 1e3
         receipt, draft = final["countersign"].receipt_of("writer"), final["draft"].encode()
         started = time.perf_counter()
-        accepted = verify(receipt, draft)
+        accepted = self.verify(receipt, draft)
         elapsed = time.perf_counter() - started
         if not accepted:
             raise RuntimeError("the writer's receipt was not accepted")
-        if index < warmup:
-            continue
-        verification.append(elapsed * 1e3)
-        runs_ms.append(run_ms)
-        per_task.append(sum(seconds for _, seconds in timed.node_seconds) * 1e3)
-        for name, seconds in timed.node_seconds:
-            per_node[name].append(seconds * 1e3)
-    every_node = [ms for samples in per_node.values() for ms in samples]
-    return {
-        "node": summary(every_node),
-        "by_node": {name: summary(samples) for name, samples in per_node.items()},
-        "task": summary(per_task),
-        "verify": summary(verification),
-        "graph_run": summary(runs_ms),
-    }
+        if not keep:
+            return
+        self.verification.append(elapsed * 1e3)
+        self.runs_ms.append(run_ms)
+        self.per_task.append(sum(seconds for _, seconds in self.timed.node_seconds) * 1e3)
+        for name, seconds in self.timed.node_seconds:
+            self.per_node[name].append(seconds * 1e3)
+
+    def figures(self) -> dict[str, Any]:
+        every_node = [ms for samples in self.per_node.values() for ms in samples]
+        return {
+            "node": summary(every_node),
+            "by_node": {name: summary(samples) for name, samples in self.per_node.items()},
+            "task": summary(self.per_task),
+            "verify": summary(self.verification),
+            "graph_run": summary(self.runs_ms),
+        }
 
 
-def unsigned_graph(warmup: int, runs: int) -> dict[str, float]:
-    """The same graph without evidence: what a run costs LangGraph itself."""
-    graph = StateGraph(Research)
-    for name, fn in zip(NODES, (planner, researcher, writer), strict=True):
-        graph.add_node(name, fn)
-    graph.add_edge(START, "planner")
-    graph.add_edge("planner", "researcher")
-    graph.add_edge("researcher", "writer")
-    graph.add_edge("writer", END)
-    compiled: Any = graph.compile()
-    samples = []
+def interleave(steps: Sequence[Callable[[bool], None]], warmup: int, runs: int) -> None:
+    """Each step once per round, ``warmup`` rounds unrecorded then ``runs`` recorded: a machine whose
+    speed drifts (a shared 2-vCPU VM) moves every condition alike."""
     for index in range(warmup + runs):
+        for step in steps:
+            step(index >= warmup)
+
+
+def measure(signing: Signing, verify: Callable[[Path, bytes], bool], warmup: int, runs: int) -> dict[str, Any]:
+    """Run the graph ``warmup + runs`` times; the figures of the last ``runs``."""
+    condition = Condition(signing, verify)
+    interleave([condition.step], warmup, runs)
+    return condition.figures()
+
+
+class Bare:
+    """The same graph without evidence: what a run costs LangGraph itself."""
+
+    def __init__(self) -> None:
+        graph = StateGraph(Research)
+        for name, fn in zip(NODES, (planner, researcher, writer), strict=True):
+            graph.add_node(name, fn)
+        graph.add_edge(START, "planner")
+        graph.add_edge("planner", "researcher")
+        graph.add_edge("researcher", "writer")
+        graph.add_edge("writer", END)
+        self.graph: Any = graph.compile()
+        self.samples: list[float] = []
+
+    def step(self, keep: bool) -> None:
         started = time.perf_counter()
-        compiled.invoke({"topic": TOPIC})
-        if index >= warmup:
-            samples.append((time.perf_counter() - started) * 1e3)
-    return summary(samples)
+        self.graph.invoke({"topic": TOPIC})
+        if keep:
+            self.samples.append((time.perf_counter() - started) * 1e3)
 
 
-def in_process(construction: Construction, warmup: int, runs: int) -> dict[str, Any]:
+class RawSignature:
+    """One Ed25519 signature over a record-sized message, as the constructions make them."""
+
+    def __init__(self) -> None:
+        self.key = Ed25519Signer.generate()
+        self.samples: list[float] = []
+
+    def step(self, keep: bool) -> None:
+        started = time.perf_counter()
+        for _ in range(6):  # as many as one graph run makes
+            self.key.sign(RECORD_SIZED)
+        if keep:
+            self.samples.append((time.perf_counter() - started) * 1e3 / 6)
+
+
+def in_process_condition(construction: Construction) -> Condition:
     sample = SampleMesh.create(DEPLOYERS, seed=b"countersign-workflow")
     state = InMemoryState()
 
@@ -232,7 +272,20 @@ def in_process(construction: Construction, warmup: int, runs: int) -> dict[str, 
         now = time.time_ns() // 1_000_000
         return bool(verify_path(receipt, output, registry=sample.registry, state=state, mode=Mode.ACCEPT, now_ms=now))
 
-    return measure(InProcessSigning(construction, sample.signers), verify, warmup, runs)
+    return Condition(InProcessSigning(construction, sample.signers), verify)
+
+
+def in_process_interleaved(warmup: int, runs: int) -> dict[str, Any]:
+    """Both in-process constructions, the graph without evidence and one raw signature, interleaved."""
+    linked, dag = in_process_condition(Construction.LINKED_LIST), in_process_condition(Construction.SIGNED_DAG)
+    bare, raw = Bare(), RawSignature()
+    interleave([linked.step, dag.step, bare.step, raw.step], warmup, runs)
+    return {
+        "linked_list_in_process": linked.figures(),
+        "signed_dag_in_process": dag.figures(),
+        "unsigned_graph_run": summary(bare.samples),
+        "raw_ed25519_sign_ms": statistics.fmean(raw.samples),
+    }
 
 
 @contextmanager
@@ -259,24 +312,12 @@ def over_mtls(warmup: int, runs: int) -> dict[str, Any]:
         )  # fmt: skip
 
 
-def raw_sign_ms(count: int = 2_000) -> float:
-    key = Ed25519Signer.generate()
-    message = b"x" * 700
-    started = time.perf_counter()
-    for _ in range(count):
-        key.sign(message)
-    return (time.perf_counter() - started) * 1e3 / count
-
-
 def run(quick: bool = False) -> dict[str, Any]:
     warmup, runs = (10, 50) if quick else (WARMUP, RUNS)
     return {
         "warmup": warmup,
         "runs": runs,
-        "raw_ed25519_sign_ms": raw_sign_ms(),
-        "unsigned_graph_run": unsigned_graph(warmup, runs),
-        "linked_list_in_process": in_process(Construction.LINKED_LIST, warmup, runs),
-        "signed_dag_in_process": in_process(Construction.SIGNED_DAG, warmup, runs),
+        **in_process_interleaved(warmup, runs),
         "signed_dag_mtls": over_mtls(warmup, runs),
     }
 

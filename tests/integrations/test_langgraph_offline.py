@@ -4,9 +4,11 @@ signs, Command updates, the reducer, and the errors that name what is wrong."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,3 +241,11 @@ def test_an_async_graph_with_in_process_signing() -> None:
     graph.add_edge(START, "anode")
     final = asyncio.run(graph.compile().ainvoke({"topic": "t"}))
     assert verify_state(final, registry=SAMPLE.registry)
+
+
+def test_the_module_imports_langgraph_only_when_a_node_is_wrapped() -> None:
+    tree = ast.parse(Path(integration.__file__).read_text())
+    top_level = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    names = [alias.name for node in top_level if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module or "" for node in top_level if isinstance(node, ast.ImportFrom)]
+    assert names and not [name for name in names if name.split(".")[0] == "langgraph"]
