@@ -4,13 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_VERSION := 26.3
-# Everything the tests and the demo use: the daemons (server), the exports, both shared stores, and the tools (dev).
-EXTRAS := dev,server,export,postgres,aws
+# Everything the tests and the demo use: the daemons (server), the exports, both shared stores, the
+# LangGraph integration, and the tools (dev).
+EXTRAS := dev,server,export,postgres,aws,langgraph
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo test lint types unit bench conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
+.PHONY: demo test lint types unit bench workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
 
 include infra/tools.mk
 
@@ -74,6 +75,10 @@ vectors: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# The paper's LangGraph experiment (Planner -> Researcher -> Writer on three deployers), beside its figures.
+workflow: $(STAMP)
+	$(PY) -m bench.workflow
 
 # Three zones on one machine (network namespaces): latency, issuance and revocation delay.
 zones: $(STAMP) zones-deps

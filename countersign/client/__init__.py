@@ -6,6 +6,9 @@
 * typed results (:class:`Grant`, :class:`VerifierVerdict`) and domain values
   (``countersign.records.Path``, bytes, str, int): no protobuf type crosses this API;
 * every refusal is a :class:`ServiceError` whose ``code`` is an :class:`ErrorCode`;
+* the runtime SDK (docs/quickstart-runtime.md): :class:`Runtime` and :class:`AsyncRuntime` for a
+  producer (sign an output, delegate through a :class:`Delegation` handoff, accept one), and
+  :func:`verify_path` for a consumer, whose :class:`PathVerdict` names the :class:`Emitter`;
 * the retry, deadline and failover policy (:class:`RetryPolicy`, :func:`verify_with_failover`,
   :func:`delegate_with_retry`).
 
@@ -20,6 +23,7 @@ Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
 """
 
 from countersign.client.errors import ServiceError
+from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
 from countersign.client.results import Grant, VerifierVerdict
 from countersign.client.retry import (
@@ -30,6 +34,17 @@ from countersign.client.retry import (
     delegate_with_retry,
     verify_with_failover,
 )
+from countersign.client.runtime import (
+    AsyncRuntime,
+    Emitter,
+    PathVerdict,
+    Runtime,
+    averify_path,
+    load_registry,
+    tls_from_env,
+    verify_offline,
+    verify_path,
+)
 from countersign.client.signer import AsyncSignerClient, SignerClient
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
@@ -37,20 +52,31 @@ from countersign.errors import ErrorCode
 
 __all__ = [
     "AsyncOperatorClient",
+    "AsyncRuntime",
     "AsyncSignerClient",
     "AsyncVerifierClient",
     "Attempt",
+    "Delegation",
+    "Emitter",
     "ErrorCode",
     "Grant",
+    "HandoffError",
     "IssueOutcome",
     "OperatorClient",
+    "PathVerdict",
     "RetryPolicy",
+    "Runtime",
     "ServiceError",
     "SignerClient",
     "TlsConfig",
     "VerifierClient",
     "VerifierVerdict",
     "VerifyOutcome",
+    "averify_path",
     "delegate_with_retry",
+    "load_registry",
+    "tls_from_env",
+    "verify_offline",
+    "verify_path",
     "verify_with_failover",
 ]

@@ -1,0 +1,85 @@
+"""An asyncio LangGraph graph hosted by two deployers, started by a third deployer's delegation.
+
+deployer-a's runtime delegates a task: it starts its own agent, and hands ``deployer-b`` a
+``Delegation`` as a string (what would travel in an A2A message's metadata or an HTTP header). The
+graph, ``async def`` nodes on deployer-b (Researcher) and deployer-c (Writer), runs with ``ainvoke``:
+its first node accepts the handoff (a co-signed edge under deployer-a's record), the second is
+delegated to in turn. The consumer checks every output with an asyncio verifier client.
+
+    python examples/langgraph_async.py             # starts a local mesh (mTLS on loopback) to run on
+
+Needs ``pip install 'countersign[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+from langgraph.graph import END, START, StateGraph
+
+from countersign.client import AsyncRuntime, AsyncVerifierClient, Runtime
+from countersign.integrations.langgraph import (
+    AsyncMeshSigning,
+    Evidence,
+    EvidenceState,
+    averify_state,
+    signed_node,
+)
+from countersign_cli.localmesh import LocalMesh
+
+
+class Task(EvidenceState):
+    topic: str
+    notes: str
+    draft: str
+
+
+async def researcher(state: Task) -> dict[str, str]:
+    await asyncio.sleep(0)  # where a model or a tool would be awaited
+    return {"notes": f"two sources on {state['topic']}"}
+
+
+async def writer(state: Task) -> dict[str, str]:
+    return {"draft": f"On {state['topic']}: {state['notes']}."}
+
+
+async def main(handoff: str, runtimes: dict[str, AsyncRuntime], verifier: AsyncVerifierClient) -> int:
+    signing = AsyncMeshSigning(runtimes)
+    graph = StateGraph(Task)
+    graph.add_node("researcher", signed_node(researcher, "deployer-b", signing))
+    graph.add_node("writer", signed_node(writer, "deployer-c", signing))
+    graph.add_edge(START, "researcher")
+    graph.add_edge("researcher", "writer")
+    graph.add_edge("writer", END)
+    final = await graph.compile().ainvoke({"topic": "tides", "countersign": Evidence.from_handoff(handoff)})
+    evidence = final["countersign"]
+    print("lineage:", " -> ".join(e.record.deployer for e in evidence.path.envelopes))
+    verdict = await averify_state(final, verifier=verifier)
+    for signed, path_verdict in verdict.outputs:
+        emitter = path_verdict.emitter
+        print(f"verified {signed.node}: {path_verdict.result.verdict} emitted by", emitter and emitter.deployer)
+    return 0 if verdict else 1
+
+
+async def on_mesh(mesh: LocalMesh) -> int:
+    # deployer-a, in its own process in real life: start an agent and delegate to deployer-b.
+    with Runtime(mesh.daemons["deployer-a"].address, mesh.tls_for("deployer-a-runtime"), "deployer-a") as parent:
+        handoff = str(parent.delegate(parent.root("coordinator", "tides"), "deployer-b"))
+    runtimes = {
+        d: AsyncRuntime(mesh.daemons[d].address, mesh.tls_for(f"{d}-runtime"), d) for d in ("deployer-b", "deployer-c")
+    }
+    async with AsyncVerifierClient(mesh.daemons["verifier-0"].address, mesh.tls_for("client")) as verifier:
+        code = await main(handoff, runtimes, verifier)
+    for runtime in runtimes.values():
+        await runtime.close()
+    return code
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(prefix="countersign-example-") as workdir, LocalMesh(Path(workdir)) as mesh:
+        mesh.setup().start_all().enrol_all()
+        code = asyncio.run(on_mesh(mesh))
+    sys.exit(code)
