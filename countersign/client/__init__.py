@@ -8,7 +8,7 @@
 * every refusal is a :class:`ServiceError` whose ``code`` is an :class:`ErrorCode`;
 * the runtime SDK (docs/quickstart-runtime.md): :class:`Runtime` and :class:`AsyncRuntime` for a
   producer (sign an output, delegate through a :class:`Delegation` handoff, accept one), and
-  :func:`verify_path` for a consumer, whose :class:`PathVerdict` names the :class:`Emitter`;
+  :func:`verify_path` for a consumer, whose :class:`PathVerdict` names the :class:`OutputEmitter`;
 * the retry, deadline and failover policy (:class:`RetryPolicy`, :func:`verify_with_failover`,
   :func:`delegate_with_retry`).
 
@@ -36,7 +36,7 @@ from countersign.client.retry import (
 )
 from countersign.client.runtime import (
     AsyncRuntime,
-    Emitter,
+    OutputEmitter,
     PathVerdict,
     Runtime,
     averify_path,
@@ -57,12 +57,12 @@ __all__ = [
     "AsyncVerifierClient",
     "Attempt",
     "Delegation",
-    "Emitter",
     "ErrorCode",
     "Grant",
     "HandoffError",
     "IssueOutcome",
     "OperatorClient",
+    "OutputEmitter",
     "PathVerdict",
     "RetryPolicy",
     "Runtime",

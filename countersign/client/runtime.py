@@ -10,7 +10,7 @@ for the signer's ``CloseSession`` (issue 17); it is not offered here until the s
 
 Consumer side, :func:`verify_path` (and :func:`averify_path`): one path and the exact output bytes,
 checked by a verifier service or offline against a registry with the core's own verification; the
-verdict, a :class:`PathVerdict`, names who emitted the output (:class:`Emitter`).
+verdict, a :class:`PathVerdict`, names who emitted the output (:class:`OutputEmitter`).
 
 Every refusal is a :class:`countersign.client.ServiceError` with a code from the closed
 :class:`countersign.errors.ErrorCode`; a rejected path is a verdict, not an error.
@@ -298,7 +298,7 @@ class AsyncRuntime:
 
 
 @dataclass(frozen=True)
-class Emitter:
+class OutputEmitter:
     """Who emitted a verified output, read from the accepted path's leaf receipt."""
 
     deployer: str  # the deployer whose signer signed the receipt
@@ -311,7 +311,7 @@ class Emitter:
     lineage: tuple[str, ...]  # the deployer of each record, root to leaf
 
     @classmethod
-    def of(cls, path: Path) -> Emitter:
+    def of(cls, path: Path) -> OutputEmitter:
         """Read from ``path``'s leaf; only meaningful once the path has been accepted."""
         leaf = path.leaf.record
         if leaf.output is None:
@@ -337,7 +337,7 @@ class PathVerdict:
     registry file's offline)."""
 
     result: VerificationResult
-    emitter: Emitter | None
+    emitter: OutputEmitter | None
     registry_sequence: int
 
     def __bool__(self) -> bool:
@@ -357,7 +357,7 @@ def _verdict(result: VerificationResult, path: Path | bytes, registry_sequence: 
     if not result:
         return PathVerdict(result, None, registry_sequence)
     parsed = path if isinstance(path, Path) else Path.from_bytes(path)
-    return PathVerdict(result, Emitter.of(parsed), registry_sequence)
+    return PathVerdict(result, OutputEmitter.of(parsed), registry_sequence)
 
 
 def load_registry(location: str) -> Registry:

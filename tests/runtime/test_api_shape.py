@@ -13,7 +13,7 @@ from tests.client.test_api_shape import public_callables, test_async_client_mirr
 
 pytestmark = pytest.mark.offline
 
-RUNTIME_SDK = ("Runtime", "AsyncRuntime", "Delegation", "HandoffError", "PathVerdict", "Emitter", "verify_path",
+RUNTIME_SDK = ("Runtime", "AsyncRuntime", "Delegation", "HandoffError", "PathVerdict", "OutputEmitter", "verify_path",
                "averify_path", "verify_offline", "load_registry", "tls_from_env")  # fmt: skip
 
 
