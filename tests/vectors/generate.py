@@ -607,6 +607,32 @@ def generate(out: FilePath) -> None:
         write(out / "policy" / f"{item['name']}.json", item)
     export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
     session_vectors(m, out / "sessions")
+    write(out / "handoff.json", handoff_vector(m))
+
+
+def handoff_vector(m: SampleMesh) -> dict[str, Any]:
+    """A Delegation handoff (spec section 18) for a grant under the root of valid/signed-dag.json's path,
+    and strings a child must refuse, each with the reason it is refused."""
+    from countersign.client.handoff import Delegation
+    from countersign.client.results import Grant
+
+    root = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:1])
+    grant = Grant(
+        grant_id="vector-grant-0", parent_digest=root.leaf.digest(), parent_key_id=root.leaf.key_id,
+        child_deployer="deployer-b", expires_ms=NOW_MS + 60_000,
+    )  # fmt: skip
+    text = Delegation(root, grant, "signer-a.example:7401").to_string()
+    return {
+        "description": "a Delegation handoff: cs1. then unpadded base64url of the canonical JSON object",
+        "handoff": text,
+        "decoded": json.loads(base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4))),
+        "invalid": [
+            {"handoff": "cs2." + text[4:], "why": "an unknown version prefix"},
+            {"handoff": text + "=", "why": "padding: one encoding per byte string"},
+            {"handoff": text[:-8], "why": "truncated"},
+            {"handoff": "cs1." + base64.urlsafe_b64encode(b'{"v":1}').rstrip(b"=").decode(), "why": "members missing"},
+        ],
+    }
 
 
 EXPORT_FILES = {
