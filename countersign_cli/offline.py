@@ -290,6 +290,14 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
             session, outputs, registry=registry, now_ms=args.now_ms if args.now_ms is not None else now_ms(),
             require_closed=args.closed, policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms),
         ).result  # fmt: skip
+        if result and session.receipts:
+            # The same verdict shape as verify: the emitter is the session's last receipt, as proven.
+            from dataclasses import replace
+
+            from countersign.verify import attribute
+
+            last = Path((*session.agent.envelopes, session.receipts[-1]))
+            result = replace(result, attribution=attribute(last, registry.sequence))
     print(json.dumps(result.to_json()))
     return EXIT_OK if result else EXIT_REJECTED
 

@@ -35,10 +35,15 @@ def verify(capsys: pytest.CaptureFixture[str], out: Path, receipts: Path, *extra
 
 
 def test_the_sample_session_verifies_closed(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert verify(capsys, sample, sample / "receipts", "--closed") == (
+    code, verdict = verify(capsys, sample, sample / "receipts", "--closed")
+    assert (code, {k: verdict[k] for k in ("verdict", "reason", "index", "detail")}) == (
         0,
         {"verdict": "ACCEPT", "reason": None, "index": None, "detail": ""},
     )
+    # Named as verify names it: the emitter is the session's last receipt (its close receipt here).
+    receipts = len(list((sample / "receipts").glob("*.json")))
+    emitter = verdict["emitter"]
+    assert isinstance(emitter, dict) and emitter["seq"] == receipts - 1 and emitter["session"]
 
 
 def test_reordered_dropped_and_truncated_sessions_are_rejected(
