@@ -40,7 +40,7 @@ lint: $(STAMP)
 	sh docker/lint.sh
 
 types: $(STAMP)
-	$(VENV)/bin/mypy countersign countersign_cli signer verifier coordinator tools bench
+	$(VENV)/bin/mypy countersign countersign_cli signer verifier coordinator tools bench docker/dev-mesh/demo_flow.py docker/healthcheck.py
 
 # System packages for the three-zone tests (iptables, iproute2), installed by the project itself.
 zones-deps:

@@ -90,7 +90,7 @@ def replay(path_file: Path, verifiers: list[str], tls_dir: Path) -> int:
     try:
         print(f"Replay of the path saved in {path_file}:", flush=True)
         for address, client in zip(verifiers, clients, strict=True):
-            result = client.verify(data, output)[0]
+            result = client.verify(data, output).result
             ok = not result and result.reason is Reason.NONCE_REPLAYED
             refused += ok
             verdict = "ACCEPT" if result else f"REJECT {result.reason}"
