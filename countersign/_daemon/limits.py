@@ -174,19 +174,32 @@ class PeerLimits(grpc.ServerInterceptor):  # type: ignore[misc]
                 abort(context, refusal)
             if not streaming:
                 return behaviour(request, context)
+            release = self._release_once(peer)
+            # The slot comes back when the call ends, however it ends (answered, failed, cancelled),
+            # even if gRPC never finishes iterating the handler's response stream.
+            context.add_callback(release)
             if request_streaming:
                 request = self._metered(request, peer, context)
             try:
                 answer = behaviour(request, context)
             except BaseException:
-                self.close_stream(peer)
+                release()
                 raise
             if isinstance(answer, Iterator):
-                return self._held(answer, peer)
-            self.close_stream(peer)
+                return self._held(answer, release)
+            release()
             return answer
 
         return call
+
+    def _release_once(self, peer: str) -> Callable[[], None]:
+        done = threading.Lock()
+
+        def release() -> None:
+            if done.acquire(blocking=False):  # the first caller releases; later ones find it taken
+                self.close_stream(peer)
+
+        return release
 
     def _metered(self, requests: Iterator[Any], peer: str, context: grpc.ServicerContext) -> Iterator[Any]:
         """Every message on a request stream spends a token, as a unary call does."""
@@ -196,12 +209,12 @@ class PeerLimits(grpc.ServerInterceptor):  # type: ignore[misc]
                 abort(context, refusal)
             yield request
 
-    def _held(self, answers: Iterator[Any], peer: str) -> Iterator[Any]:
-        """The response stream, holding its slot until it ends, fails or is cancelled (closed)."""
+    def _held(self, answers: Iterator[Any], release: Callable[[], None]) -> Iterator[Any]:
+        """The response stream, holding its slot until it ends, fails or is closed."""
         try:
             yield from answers
         finally:
-            self.close_stream(peer)
+            release()
 
 
 def _peer_of(context: grpc.ServicerContext) -> str:
