@@ -7,19 +7,31 @@ kernel's ephemeral range instead, which bind-to-0 never uses, and are checked fr
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
 _LOW, _HIGH = 20_000, 32_000  # below net.ipv4.ip_local_port_range (32768-60999 here)
+_SLICES = 8  # pytest-xdist workers each draw from their own slice, so two workers never pick alike
+
+
+def _range() -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... under xdist
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return _LOW, _HIGH
+    width = (_HIGH - _LOW) // _SLICES
+    low = _LOW + (int(worker[2:]) % _SLICES) * width
+    return low, low + width
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    low, high = _range()
     for _ in range(200):
-        port = random.randrange(_LOW, _HIGH)
+        port = random.randrange(low, high)
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in [{_LOW}, {_HIGH}) on {host}")
+    raise RuntimeError(f"no free port in [{low}, {high}) on {host}")
