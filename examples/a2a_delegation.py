@@ -55,7 +55,9 @@ class Summariser(AgentExecutor):
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         text = get_message_text(context.message)
-        await updater.add_artifact([new_text_part(f"Summary: {text.strip().rstrip('.')}, in one line.")], name="summary")
+        await updater.add_artifact(
+            [new_text_part(f"Summary: {text.strip().rstrip('.')}, in one line.")], name="summary"
+        )
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -130,8 +132,6 @@ def main(parent: Runtime, child_signer: str, child_tls: TlsConfig, verifier: Ver
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="countersign-example-") as workdir, LocalMesh(Path(workdir)) as mesh:
         mesh.setup().start_all().enrol_all()
-        with Runtime(mesh.daemons["deployer-a"].address, mesh.tls_for("deployer-a-runtime"), "deployer-a") as parent:
-            with mesh.verifier_client() as verifier:
-                sys.exit(
-                    main(parent, mesh.daemons["deployer-b"].address, mesh.tls_for("deployer-b-runtime"), verifier)
-                )
+        parent = Runtime(mesh.daemons["deployer-a"].address, mesh.tls_for("deployer-a-runtime"), "deployer-a")
+        with parent, mesh.verifier_client() as verifier:
+            sys.exit(main(parent, mesh.daemons["deployer-b"].address, mesh.tls_for("deployer-b-runtime"), verifier))

@@ -31,6 +31,8 @@ object is built.
 from __future__ import annotations
 
 import inspect
+import types
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -60,14 +62,12 @@ ERROR_KEY: Final = EXTENSION_URI + "/error"  # a failed task's status message: {
 MAX_RECEIPT_CHARS: Final = 64 * 1024
 
 
-def require_a2a() -> Any:
+def require_a2a() -> types.ModuleType:
     """The ``a2a.types`` module; ImportError naming the extra when a2a-sdk is not installed."""
     try:
         import a2a.types
     except ImportError as exc:
-        raise ImportError(
-            f"countersign.integrations.a2a needs a2a-sdk: pip install 'countersign[{EXTRA}]'"
-        ) from exc
+        raise ImportError(f"countersign.integrations.a2a needs a2a-sdk: pip install 'countersign[{EXTRA}]'") from exc
     return a2a.types
 
 
@@ -78,8 +78,10 @@ def agent_extension(deployer: str, *, required: bool = True) -> AgentExtension:
     """The Agent Card extension that names the deployer whose signer signs this agent's artifacts.
     ``required``: the agent only runs tasks that carry a delegation (what :class:`SignedExecutor` does
     unless told otherwise)."""
-    types = require_a2a()
-    extension = types.AgentExtension(
+    require_a2a()
+    from a2a.types import AgentExtension
+
+    extension = AgentExtension(
         uri=EXTENSION_URI,
         description=f"artifacts are signed by Countersign deployer {deployer}; send a delegation as "
         f"message metadata {DELEGATION_KEY}",
@@ -104,12 +106,10 @@ def card_deployer(card: AgentCard) -> str | None:
 
 def delegated_message(text: str, delegation: Delegation | str, *, message_id: str | None = None) -> Message:
     """A user task message with ``text`` and the delegation (its handoff string) in its metadata."""
-    types = require_a2a()
-    import uuid
+    require_a2a()
+    from a2a.types import Message, Part, Role
 
-    message = types.Message(
-        role=types.Role.ROLE_USER, message_id=message_id or uuid.uuid4().hex, parts=[types.Part(text=text)]
-    )
+    message = Message(role=Role.ROLE_USER, message_id=message_id or uuid.uuid4().hex, parts=[Part(text=text)])
     message.metadata.update({DELEGATION_KEY: str(delegation)})
     return message
 
@@ -185,12 +185,13 @@ class _Signer:
         artifact.metadata.update({RECEIPT_KEY: receipt.to_bytes().decode("utf-8")})
 
     async def sign_event(self, event: Any) -> None:
-        types = require_a2a()
-        if isinstance(event, types.TaskArtifactUpdateEvent):
+        from a2a.types import Task, TaskArtifactUpdateEvent
+
+        if isinstance(event, TaskArtifactUpdateEvent):
             if event.append:
                 raise MalformedError("a signed artifact is sent whole: an appended chunk cannot be signed")
             await self.sign(event.artifact)
-        elif isinstance(event, types.Task):
+        elif isinstance(event, Task):
             for artifact in event.artifacts:
                 if RECEIPT_KEY not in artifact.metadata.fields:
                     await self.sign(artifact)
@@ -206,21 +207,20 @@ def _signing_queue(inner: EventQueue, signer: _Signer) -> EventQueue:
             await signer.sign_event(event)
             await inner.enqueue_event(event)
 
-    return SigningQueue()  # type: ignore[no-any-return]
+    return SigningQueue()
 
 
 async def _fail(context: RequestContext, queue: EventQueue, code: ErrorCode, message: str) -> None:
     """End the task FAILED with the code as data, A2A's way of saying the agent could not do it."""
-    types = require_a2a()
     from a2a.server.tasks import TaskUpdater
+    from a2a.types import Part, Task, TaskState, TaskStatus
 
     task_id, context_id = context.task_id or "", context.context_id or ""
     if context.current_task is None:
-        await queue.enqueue_event(
-            types.Task(id=task_id, context_id=context_id, status=types.TaskStatus(state=types.TaskState.TASK_STATE_SUBMITTED))
-        )  # fmt: skip
+        submitted = TaskStatus(state=TaskState.TASK_STATE_SUBMITTED)
+        await queue.enqueue_event(Task(id=task_id, context_id=context_id, status=submitted))
     updater = TaskUpdater(queue, task_id, context_id)
-    status = updater.new_agent_message([types.Part(text=f"{code.value}: {message}")])
+    status = updater.new_agent_message([Part(text=f"{code.value}: {message}")])
     status.metadata.update({ERROR_KEY: {"code": code.value, "message": message}})
     await updater.failed(status)
 
@@ -316,9 +316,11 @@ def a2a_app(executor: Any, card: AgentCard, *, rpc_url: str = "/") -> Any:
 
 async def send_task(client: Any, message: Message) -> Task:
     """Send ``message`` with an a2a ``Client`` (non-streaming) and return the task it ended in."""
-    types = require_a2a()
-    task = None
-    async for response in client.send_message(types.SendMessageRequest(message=message)):
+    require_a2a()
+    from a2a.types import SendMessageRequest
+
+    task: Task | None = None
+    async for response in client.send_message(SendMessageRequest(message=message)):
         if response.HasField("task"):
             task = response.task
         elif response.HasField("message"):
@@ -330,8 +332,10 @@ async def send_task(client: Any, message: Message) -> Task:
 
 def task_refusal(task: Task) -> A2ARefusal | None:
     """The typed refusal a failed task carries (None unless it failed with a Countersign code)."""
-    types = require_a2a()
-    if task.status.state != types.TaskState.TASK_STATE_FAILED:
+    require_a2a()
+    from a2a.types import TaskState
+
+    if task.status.state != TaskState.TASK_STATE_FAILED:
         return None
     error = task.status.message.metadata.fields.get(ERROR_KEY)
     if error is None or error.WhichOneof("kind") != "struct_value":

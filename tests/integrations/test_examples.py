@@ -44,3 +44,17 @@ def test_the_async_graph_started_by_a_handoff() -> None:
         "verified researcher: ACCEPT emitted by deployer-b",
         "verified writer: ACCEPT emitted by deployer-c",
     ]
+
+
+def test_the_a2a_examples_are_all_run_here() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("a2a_*.py")) == ["a2a_delegation.py"]
+
+
+def test_the_a2a_delegation() -> None:
+    lines = run("a2a_delegation.py")
+    assert "card deployer: deployer-b" in lines
+    assert "task: TASK_STATE_COMPLETED" in lines
+    assert "verified: ACCEPT emitted by deployer-b" in lines
+    assert "lineage: deployer-a -> deployer-b -> deployer-b" in lines
+    assert "tampered artifact: OUTPUT_MISMATCH" in lines
+    assert "delegation for deployer-c: TASK_STATE_FAILED GRANT_WRONG_CHILD" in lines
