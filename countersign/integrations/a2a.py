@@ -30,6 +30,7 @@ object is built.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import types
 import uuid
@@ -175,18 +176,22 @@ def _queue_base() -> type:
 
 
 class _Signer:
-    """Signs the artifacts of one task under the accepted agent record, in the order emitted."""
+    """Signs the artifacts of one task under the accepted agent record, in the order emitted.
+    ``accepted``: the acceptance of the delegation; no event passes before it is done."""
 
-    def __init__(self, runtime: AsyncRuntime, agent: Path, session: str) -> None:
-        self.runtime, self.agent, self.session = runtime, agent, session
+    def __init__(self, runtime: AsyncRuntime, accepted: asyncio.Future[Path], instance: str) -> None:
+        self.runtime, self.accepted, self.instance = runtime, accepted, instance
 
     async def sign(self, artifact: Artifact) -> None:
-        receipt = await self.runtime.receipt(self.agent, artifact_bytes(artifact), session=self.session)
+        agent = await self.accepted
+        session = f"{self.instance}.{agent.leaf.record.nonce}"  # one session per accepted record
+        receipt = await self.runtime.receipt(agent, artifact_bytes(artifact), session=session)
         artifact.metadata.update({RECEIPT_KEY: receipt.to_bytes().decode("utf-8")})
 
     async def sign_event(self, event: Any) -> None:
         from a2a.types import Task, TaskArtifactUpdateEvent
 
+        await asyncio.shield(self.accepted)  # the executor's events wait for the record (overlap mode)
         if isinstance(event, TaskArtifactUpdateEvent):
             if event.append:
                 raise MalformedError("a signed artifact is sent whole: an appended chunk cannot be signed")
@@ -236,6 +241,12 @@ class SignedExecutor:
     delegation (when ``require_delegation``), a malformed, expired or misaddressed one, or a parent
     signer's refusal ends the task ``TASK_STATE_FAILED`` with the ``ErrorCode`` under
     :data:`ERROR_KEY`; the executor does not run. ``on_accept(agent_path)``, if given, sees the record.
+
+    ``overlap_accept``: start the executor while the delegation is being accepted (a co-signed edge is
+    two signer round trips), to take that time off the task's critical path. Every event it emits waits
+    for the acceptance, so nothing leaves this agent before it, and on a refusal the executor is
+    cancelled; but what it does before its first event (a tool call, say) happens under a delegation
+    that may yet be refused. Only for executors whose early work is safe to discard.
     """
 
     def __init__(
@@ -247,6 +258,7 @@ class SignedExecutor:
         require_delegation: bool = True,
         ttl_ms: int = 3_600_000,
         on_accept: Callable[[Path], Awaitable[None] | None] | None = None,
+        overlap_accept: bool = False,
     ) -> None:
         self.inner = inner
         self._runtime_source = runtime
@@ -255,6 +267,7 @@ class SignedExecutor:
         self.require_delegation = require_delegation
         self.ttl_ms = ttl_ms
         self.on_accept = on_accept
+        self.overlap_accept = overlap_accept
 
     @property
     def runtime(self) -> AsyncRuntime:
@@ -264,12 +277,10 @@ class SignedExecutor:
             self._runtime = source()
         return self._runtime
 
-    async def _accept(self, context: RequestContext) -> Path | None:
+    async def _accept(self, context: RequestContext) -> Path:
         handoff = message_delegation(context.message)
         if handoff is None:
-            if self.require_delegation:
-                raise A2ARefusal(ErrorCode.INVALID_ARGUMENT, f"the task message carries no {DELEGATION_KEY}")
-            return None
+            raise A2ARefusal(ErrorCode.INVALID_ARGUMENT, f"the task message carries no {DELEGATION_KEY}")
         agent = await self.runtime.accept(handoff, self.instance, ttl_ms=self.ttl_ms)
         if self.on_accept is not None:
             done = self.on_accept(agent)
@@ -279,16 +290,33 @@ class SignedExecutor:
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         try:
-            agent = await self._accept(context)
+            delegated = message_delegation(context.message) is not None
         except ServiceError as refusal:
             await _fail(context, event_queue, refusal.code, str(refusal))
             return
-        if agent is None:
+        if not delegated and not self.require_delegation:
             await self.inner.execute(context, event_queue)
             return
-        signer = _Signer(self.runtime, agent, f"{self.instance}.{agent.leaf.record.nonce}")
+        accepting = asyncio.ensure_future(self._accept(context))
+        if not self.overlap_accept:
+            await asyncio.wait([accepting])
+        queue = _signing_queue(event_queue, _Signer(self.runtime, accepting, self.instance))
+        running = None
+        if not accepting.done() or accepting.exception() is None:
+            running = asyncio.ensure_future(self.inner.execute(context, queue))
         try:
-            await self.inner.execute(context, _signing_queue(event_queue, signer))
+            await accepting
+        except ServiceError as refusal:  # nothing the executor emitted has left: it waits for this
+            if running is not None:
+                running.cancel()
+                await asyncio.wait([running])
+                if not running.cancelled():
+                    running.exception()  # retrieved: it is this same refusal, or its consequence
+            await _fail(context, event_queue, refusal.code, str(refusal))
+            return
+        assert running is not None
+        try:
+            await running
         except MalformedError as exc:  # an artifact that cannot be signed: fail closed, typed
             await _fail(context, event_queue, ErrorCode.INVALID_ARGUMENT, str(exc))
         except ServiceError as refusal:  # the signer refused a receipt
@@ -298,9 +326,10 @@ class SignedExecutor:
         await self.inner.cancel(context, event_queue)
 
 
-def a2a_app(executor: Any, card: AgentCard, *, rpc_url: str = "/") -> Any:
+def a2a_app(executor: Any, card: AgentCard, *, rpc_url: str = "/", lifespan: Any = None) -> Any:
     """A Starlette app serving ``card`` at ``/.well-known/agent-card.json`` and A2A JSON-RPC at
-    ``rpc_url``, tasks kept in memory. Run it with any ASGI server (``uvicorn``)."""
+    ``rpc_url``, tasks kept in memory. Run it with any ASGI server (``uvicorn``). ``lifespan``: a
+    Starlette lifespan, for what the agent holds open while it serves (an MCP session, say)."""
     require_a2a()
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -308,7 +337,8 @@ def a2a_app(executor: Any, card: AgentCard, *, rpc_url: str = "/") -> Any:
     from starlette.applications import Starlette
 
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
-    return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url)])
+    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url)]
+    return Starlette(routes=routes, lifespan=lifespan)
 
 
 # --- any consumer's side: the finished task and its artifacts -------------------------------------
