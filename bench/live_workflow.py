@@ -86,10 +86,8 @@ FACTS = (
     "The main cables pass over towers and are anchored in the ground at each end.",
     "Cable stiffness and deck mass set how a suspension bridge sways in wind.",
 )
-VOCABULARY = (
-    "the cable tower deck load span anchor tension wind mass steel strand saddle hanger truss pier "
-    "compression design engineer century river gorge safety stiffness damper record length"
-).split()
+_WORDS = "the cable tower deck load span anchor tension wind mass steel strand saddle hanger truss pier"
+VOCABULARY = (*_WORDS.split(), "compression", "design", "engineer", "river", "gorge", "safety", "stiffness")
 
 
 def generate(prompt: str, fact: str, words: int = 40) -> str:
