@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PIP_VERSION := 26.3
 # Everything the tests and the demo use: the daemons (server), the exports, both shared stores, the
 # LangGraph integration, and the tools (dev).
-EXTRAS := dev,server,export,postgres,aws,langgraph
+EXTRAS := dev,server,export,postgres,aws,langgraph,a2a
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
@@ -76,9 +76,11 @@ vectors: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-# The paper's LangGraph experiment (Planner -> Researcher -> Writer on three deployers), beside its figures.
+# The paper's LangGraph experiment (Planner -> Researcher -> Writer on three deployers), then its live
+# workflow (parent, A2A child, MCP tool in their own processes), each beside its figures.
 workflow: $(STAMP)
 	$(PY) -m bench.workflow
+	$(PY) -m bench.live_workflow
 
 # Three zones on one machine (network namespaces): latency, issuance and revocation delay.
 zones: $(STAMP) zones-deps

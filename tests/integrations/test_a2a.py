@@ -88,12 +88,14 @@ def card(url: str) -> AgentCard:
     )
 
 
-def serve(mesh: LocalMesh, executor: Echo) -> Iterator[Child]:
+def serve(mesh: LocalMesh, executor: Echo, *, overlap_accept: bool = False) -> Iterator[Child]:
     """The child's A2A JSON-RPC server (deployer-b) on a loopback port, uvicorn in a thread."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     env = runtime_env(mesh, CHILD)
-    signed = SignedExecutor(executor, lambda: AsyncRuntime.from_env(env), instance="echo")
+    signed = SignedExecutor(
+        executor, lambda: AsyncRuntime.from_env(env), instance="echo", overlap_accept=overlap_accept
+    )
     server = uvicorn.Server(uvicorn.Config(a2a_app(signed, card(url)), port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -111,6 +113,11 @@ def serve(mesh: LocalMesh, executor: Echo) -> Iterator[Child]:
 @pytest.fixture(scope="module")
 def child(runtime_mesh: LocalMesh) -> Iterator[Child]:
     yield from serve(runtime_mesh, Echo())
+
+
+@pytest.fixture(scope="module")
+def overlapping_child(runtime_mesh: LocalMesh) -> Iterator[Child]:
+    yield from serve(runtime_mesh, Echo(), overlap_accept=True)
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +265,20 @@ def test_an_artifact_that_cannot_be_signed_fails_the_task_closed(
     task = send(two_part_child.url, delegated_message("two parts", delegation(runtime("deployer-a"))))
     assert refused(task).code is ErrorCode.INVALID_ARGUMENT
     assert two_part_child.executor.runs == ["two parts"]
+
+
+def test_accepting_while_the_executor_works_signs_the_same_and_leaks_nothing_on_a_refusal(
+    overlapping_child: Child, runtime: Callable[[str], Runtime], registry_file: str
+) -> None:
+    task = send(overlapping_child.url, delegated_message("overlapped", delegation(runtime("deployer-a"))))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    (artifact,) = task.artifacts
+    verdict = verify_artifact(artifact, registry=registry_file)
+    assert verdict and verdict.emitter is not None and verdict.emitter.lineage == ("deployer-a", CHILD, CHILD)
+    # The executor may start before the refusal is known, but none of its events leave the child.
+    for handoff, code in (
+        (delegation(runtime("deployer-c"), "deployer-a"), ErrorCode.GRANT_WRONG_CHILD),
+        (delegation(runtime("deployer-a"), ttl_ms=1), ErrorCode.GRANT_EXPIRED),
+    ):
+        time.sleep(0.01)
+        assert refused(send(overlapping_child.url, delegated_message("refused", handoff))).code is code
