@@ -44,6 +44,7 @@ from countersign.client.handoff import Delegation
 from countersign.client.runtime import AsyncRuntime, PathVerdict, averify_path, verify_path
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
+from countersign.compact import compact_path, is_compact, path_from_compact
 from countersign.errors import ErrorCode, MalformedError
 from countersign.records import Path
 from countersign.registry import Registry
@@ -144,13 +145,16 @@ def artifact_bytes(artifact: Artifact) -> bytes:
 
 
 def artifact_receipt(artifact: Artifact) -> bytes:
-    """The receipt path JSON an artifact carries, as bytes. Raises MalformedError when it has none."""
+    """The receipt path JSON an artifact carries, as bytes (inflated first when it is in the compact
+    encoding, ``cs1z.``). Raises MalformedError when it has none, or one that is not well formed."""
     value = artifact.metadata.fields.get(RECEIPT_KEY)
     if value is None or value.WhichOneof("kind") != "string_value":
         raise MalformedError(f"the artifact carries no receipt under {RECEIPT_KEY}")
     text = str(value.string_value)
     if len(text) > MAX_RECEIPT_CHARS:
         raise MalformedError(f"the artifact's receipt is over {MAX_RECEIPT_CHARS} characters")
+    if is_compact(text):
+        return path_from_compact(text).to_bytes()
     return text.encode("utf-8")
 
 
@@ -179,14 +183,15 @@ class _Signer:
     """Signs the artifacts of one task under the accepted agent record, in the order emitted.
     ``accepted``: the acceptance of the delegation; no event passes before it is done."""
 
-    def __init__(self, runtime: AsyncRuntime, accepted: asyncio.Future[Path], instance: str) -> None:
-        self.runtime, self.accepted, self.instance = runtime, accepted, instance
+    def __init__(self, runtime: AsyncRuntime, accepted: asyncio.Future[Path], instance: str, compact: bool) -> None:
+        self.runtime, self.accepted, self.instance, self.compact = runtime, accepted, instance, compact
 
     async def sign(self, artifact: Artifact) -> None:
         agent = await self.accepted
         session = f"{self.instance}.{agent.leaf.record.nonce}"  # one session per accepted record
         receipt = await self.runtime.receipt(agent, artifact_bytes(artifact), session=session)
-        artifact.metadata.update({RECEIPT_KEY: receipt.to_bytes().decode("utf-8")})
+        text = compact_path(receipt) if self.compact else receipt.to_bytes().decode("utf-8")
+        artifact.metadata.update({RECEIPT_KEY: text})
 
     async def sign_event(self, event: Any) -> None:
         from a2a.types import Task, TaskArtifactUpdateEvent
@@ -247,6 +252,9 @@ class SignedExecutor:
     for the acceptance, so nothing leaves this agent before it, and on a refusal the executor is
     cancelled; but what it does before its first event (a tool call, say) happens under a delegation
     that may yet be refused. Only for executors whose early work is safe to discard.
+
+    ``compact_receipts``: carry each receipt in the compact encoding (``cs1z.``, docs/spec.md 19.1),
+    about half the characters of its path JSON; :func:`verify_artifact` reads either.
     """
 
     def __init__(
@@ -259,6 +267,7 @@ class SignedExecutor:
         ttl_ms: int = 3_600_000,
         on_accept: Callable[[Path], Awaitable[None] | None] | None = None,
         overlap_accept: bool = False,
+        compact_receipts: bool = False,
     ) -> None:
         self.inner = inner
         self._runtime_source = runtime
@@ -268,6 +277,7 @@ class SignedExecutor:
         self.ttl_ms = ttl_ms
         self.on_accept = on_accept
         self.overlap_accept = overlap_accept
+        self.compact_receipts = compact_receipts
 
     @property
     def runtime(self) -> AsyncRuntime:
@@ -300,7 +310,7 @@ class SignedExecutor:
         accepting = asyncio.ensure_future(self._accept(context))
         if not self.overlap_accept:
             await asyncio.wait([accepting])
-        queue = _signing_queue(event_queue, _Signer(self.runtime, accepting, self.instance))
+        queue = _signing_queue(event_queue, _Signer(self.runtime, accepting, self.instance, self.compact_receipts))
         running = None
         if not accepting.done() or accepting.exception() is None:
             running = asyncio.ensure_future(self.inner.execute(context, queue))

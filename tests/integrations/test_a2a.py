@@ -88,13 +88,17 @@ def card(url: str) -> AgentCard:
     )
 
 
-def serve(mesh: LocalMesh, executor: Echo, *, overlap_accept: bool = False) -> Iterator[Child]:
+def serve(mesh: LocalMesh, executor: Echo, *, overlap_accept: bool = False, compact: bool = False) -> Iterator[Child]:
     """The child's A2A JSON-RPC server (deployer-b) on a loopback port, uvicorn in a thread."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     env = runtime_env(mesh, CHILD)
     signed = SignedExecutor(
-        executor, lambda: AsyncRuntime.from_env(env), instance="echo", overlap_accept=overlap_accept
+        executor,
+        lambda: AsyncRuntime.from_env(env),
+        instance="echo",
+        overlap_accept=overlap_accept,
+        compact_receipts=compact,
     )
     server = uvicorn.Server(uvicorn.Config(a2a_app(signed, card(url)), port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -118,6 +122,11 @@ def child(runtime_mesh: LocalMesh) -> Iterator[Child]:
 @pytest.fixture(scope="module")
 def overlapping_child(runtime_mesh: LocalMesh) -> Iterator[Child]:
     yield from serve(runtime_mesh, Echo(), overlap_accept=True)
+
+
+@pytest.fixture(scope="module")
+def compact_child(runtime_mesh: LocalMesh) -> Iterator[Child]:
+    yield from serve(runtime_mesh, Echo(), compact=True)
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +291,18 @@ def test_accepting_while_the_executor_works_signs_the_same_and_leaks_nothing_on_
     ):
         time.sleep(0.01)
         assert refused(send(overlapping_child.url, delegated_message("refused", handoff))).code is code
+
+
+def test_a_compact_receipt_verifies_the_same_and_a_damaged_one_is_malformed(
+    compact_child: Child, runtime: Callable[[str], Runtime], registry_file: str
+) -> None:
+    task = send(compact_child.url, delegated_message("compact", delegation(runtime("deployer-a"))))
+    (artifact,) = task.artifacts
+    carried = artifact.metadata.fields[RECEIPT_KEY].string_value
+    assert carried.startswith("cs1z.")
+    path = Path.from_bytes(artifact_receipt(artifact))
+    assert len(carried) < len(path.to_bytes())
+    verdict = verify_artifact(artifact, registry=registry_file)
+    assert verdict and verdict.emitter is not None and verdict.emitter.deployer == CHILD
+    artifact.metadata[RECEIPT_KEY] = carried[:-6]
+    assert verify_artifact(artifact, registry=registry_file).reason is Reason.MALFORMED

@@ -86,3 +86,18 @@ def test_a_failed_task_reads_back_as_its_typed_refusal() -> None:
     assert task_refusal(failed(None)).code is ErrorCode.UNKNOWN  # type: ignore[union-attr]
     assert task_refusal(failed("GRANT_EXPIRED")).code is ErrorCode.UNKNOWN  # type: ignore[union-attr]
     assert task_refusal(Task(id="t", status=TaskStatus(state=TaskState.TASK_STATE_COMPLETED))) is None
+
+
+def test_a_compact_receipt_reads_back_as_its_path_json() -> None:
+    from countersign.compact import compact_path
+    from countersign.records import Construction
+    from countersign.samples import SampleMesh
+
+    sample = SampleMesh.create(["deployer-a"], seed=b"a2a-offline")
+    path = sample.issue_path(Construction.SIGNED_DAG, ["deployer-a"], b"out", now_ms=1_000_000)
+    artifact = Artifact(artifact_id="a", parts=[Part(text="out")])
+    artifact.metadata.update({RECEIPT_KEY: compact_path(path)})
+    assert artifact_receipt(artifact) == path.to_bytes()
+    artifact.metadata.update({RECEIPT_KEY: compact_path(path) + "A"})
+    with pytest.raises(MalformedError):
+        artifact_receipt(artifact)

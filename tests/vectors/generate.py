@@ -608,6 +608,42 @@ def generate(out: FilePath) -> None:
     export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
     session_vectors(m, out / "sessions")
     write(out / "handoff.json", handoff_vector(m))
+    write(out / "compact-path.json", compact_vector(m))
+
+
+def compact_vector(m: SampleMesh) -> dict[str, Any]:
+    """valid/signed-dag.json's path in the compact encoding (spec section 19.1), and strings a reader
+    must refuse, each with the reason it is refused."""
+    import zlib
+
+    from countersign.compact import compact_path
+
+    path = build_path(m, Construction.SIGNED_DAG)
+    text = compact_path(path)
+
+    def wrap(data: bytes) -> str:
+        return "cs1z." + base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    def deflate(data: bytes) -> bytes:
+        raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return raw.compress(data) + raw.flush()
+
+    body = base64.urlsafe_b64decode(text[5:] + "=" * (-len(text[5:]) % 4))
+    pretty = json.dumps(path.to_json(), indent=1).encode()
+    return {
+        "description": "a path in the compact encoding: cs1z. then unpadded base64url of raw DEFLATE of its path JSON",
+        "path_json": path.to_bytes().decode(),
+        "compact": text,
+        "invalid": [
+            {"compact": "cs2z." + text[5:], "why": "an unknown prefix"},
+            {"compact": text + "=", "why": "padding: one encoding per byte string"},
+            {"compact": wrap(body[:-4]), "why": "a truncated DEFLATE stream"},
+            {"compact": wrap(body + b"\x00"), "why": "data after the end of the DEFLATE stream"},
+            {"compact": wrap(deflate(pretty)), "why": "inflates to path JSON that is not canonical"},
+            {"compact": wrap(deflate(b" " * (64 * 1024 + 1))), "why": "inflates past 65,536 bytes"},
+            {"compact": wrap(b"\xff\xff\xff"), "why": "not a DEFLATE stream"},
+        ],
+    }
 
 
 def handoff_vector(m: SampleMesh) -> dict[str, Any]:
