@@ -162,7 +162,7 @@ class SignerMetrics:
             registry=registry,
         )  # fmt: skip
         self.lanes = prometheus_client.Gauge(
-            "countersign_lanes_open", "Lanes open to this signer by kind (cosign: from peers; runtime; stream: StreamReceipts)", ["kind"],
+            "countersign_lanes_open", "Lanes open to this signer by kind (cosign, runtime, stream)", ["kind"],
             registry=registry,
         )  # fmt: skip
         self.cosign_latency = prometheus_client.Histogram(

@@ -28,7 +28,9 @@ assert LANES_PER_PEER < STREAMS < LimitsConfig().streams_per_peer
 
 
 def _lanes_open(mesh: LocalMesh, kind: str) -> float:
-    return sum(value for labels, value in scrape(mesh, "deployer-a")["countersign_lanes_open"] if labels["kind"] == kind)
+    return sum(
+        value for labels, value in scrape(mesh, "deployer-a")["countersign_lanes_open"] if labels["kind"] == kind
+    )
 
 
 def _opening(parent: Path, release: threading.Event, session: str) -> Iterator[signer_pb2.OutputChunk]:
