@@ -62,12 +62,11 @@ def same(data: bytes) -> None:
         assert a == b and a.to_bytes() == b.to_bytes()
         for x, y in zip(a.receipts, b.receipts, strict=True):
             assert x.record_json == y.record_json and x.record_bytes() == y.record_bytes()
-        verdicts = [
-            check_session(s, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result for s in (a, b)
-        ]
+        verdicts = [check_session(s, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result for s in (a, b)]
         assert verdicts[0] == verdicts[1]
-        assert check_session_bytes(data, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result == (
-            verdicts[0]
+        assert (
+            check_session_bytes(data, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result
+            == (verdicts[0])
         )
     else:
         assert a == b
