@@ -18,7 +18,6 @@ import hashlib
 import json
 import queue
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,52 +56,51 @@ def _cpu_s(fn: Callable[[], object]) -> float:
 
 def verification(sizes: tuple[int, ...] = SIZES, rounds: int = 21) -> list[dict[str, float]]:
     """Per receipt, µs (median of ``rounds`` interleaved rounds), and the ratios to raw."""
-    rows = []
-    for outputs in sizes:
-        data, presented, session, mesh = _session(outputs)
-        receipts = session.receipts
-        count = len(receipts)
-        assert check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True).result
-        sample = receipts[len(receipts) // 2]
-        message = record_signing_input(sample.record.construction, sample.record_json, sample.record_bytes())
-        key = nacl.signing.SigningKey(b"\x07" * 32)
-        signed, verify_key = key.sign(message), key.verify_key
-        envelopes = [json.dumps(r.to_json(), separators=(",", ":")).encode() for r in receipts]
-        texts = [t or b"" for t in presented]
+    return [_verification_row(outputs, rounds) for outputs in sizes]
 
-        def raw() -> None:
-            for _ in range(count):
-                verify_key.verify(signed)
 
-        def floor() -> None:  # besides the signature: parse, canonical record bytes, two digests
-            for envelope, text in zip(envelopes, texts, strict=True):
-                value = json.loads(envelope)
-                body = canonicalize_validated(value["record"])
-                hashlib.sha256(body).digest()
-                hashlib.sha256(text).digest()
+def _verification_row(outputs: int, rounds: int) -> dict[str, float]:
+    data, presented, session, mesh = _session(outputs)
+    receipts = session.receipts
+    count = len(receipts)
+    assert check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True).result
+    sample = receipts[len(receipts) // 2]
+    message = record_signing_input(sample.record.construction, sample.record_json, sample.record_bytes())
+    key = nacl.signing.SigningKey(b"\x07" * 32)
+    signed, verify_key = key.sign(message), key.verify_key
+    envelopes = [json.dumps(r.to_json(), separators=(",", ":")).encode() for r in receipts]
+    texts = [t or b"" for t in presented]
 
-        def check() -> None:
-            check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True)
+    def raw() -> None:
+        for _ in range(count):
+            verify_key.verify(signed)
 
-        samples: dict[str, list[float]] = {"raw": [], "floor": [], "check": []}
-        for _ in range(rounds):
-            for name, fn in (("raw", raw), ("floor", floor), ("check", check)):
-                samples[name].append(_cpu_s(fn) / count * 1e6)
-        ratios = [c / r for c, r in zip(samples["check"], samples["raw"], strict=True)]
-        floors = [(r + f) / r for r, f in zip(samples["raw"], samples["floor"], strict=True)]
-        rows.append(
-            {
-                "outputs": outputs,
-                "receipts": count,
-                "bytes": len(data),
-                "raw_us": statistics.median(samples["raw"]),
-                "check_us": statistics.median(samples["check"]),
-                "ratio": statistics.median(ratios),
-                "ratio_min": min(ratios),
-                "floor_ratio": statistics.median(floors),
-            }
-        )
-    return rows
+    def floor() -> None:  # besides the signature: parse, canonical record bytes, two digests
+        for envelope, text in zip(envelopes, texts, strict=True):
+            value = json.loads(envelope)
+            body = canonicalize_validated(value["record"])
+            hashlib.sha256(body).digest()
+            hashlib.sha256(text).digest()
+
+    def check() -> None:
+        check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True)
+
+    samples: dict[str, list[float]] = {"raw": [], "floor": [], "check": []}
+    for _ in range(rounds):
+        for name, fn in (("raw", raw), ("floor", floor), ("check", check)):
+            samples[name].append(_cpu_s(fn) / count * 1e6)
+    ratios = [c / r for c, r in zip(samples["check"], samples["raw"], strict=True)]
+    floors = [(r + f) / r for r, f in zip(samples["raw"], samples["floor"], strict=True)]
+    return {
+        "outputs": outputs,
+        "receipts": count,
+        "bytes": len(data),
+        "raw_us": statistics.median(samples["raw"]),
+        "check_us": statistics.median(samples["check"]),
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "floor_ratio": statistics.median(floors),
+    }
 
 
 class _Stream:
