@@ -473,10 +473,9 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             message = next(chunks, None)
             read += message is not None
             if read > config.max_stream_messages:
-                raise ServiceError(
-                    ErrorCode.RESOURCE_EXHAUSTED, f"a stream carries at most {config.max_stream_messages} messages",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                )  # fmt: skip
+                raise _refuse(
+                    ErrorCode.RESOURCE_EXHAUSTED, f"a stream carries at most {config.max_stream_messages} messages"
+                )
             return message
 
         self._registry()
@@ -493,10 +492,10 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             nonlocal signed
             signed += not close  # the close receipt ends the stream: it is not a chunk
             if signed > config.max_stream_chunks:
-                raise ServiceError(
-                    ErrorCode.RESOURCE_EXHAUSTED, f"a stream signs at most {config.max_stream_chunks} chunks; "
-                    "continue the session in another stream", grpc.StatusCode.RESOURCE_EXHAUSTED,
-                )  # fmt: skip
+                raise _refuse(
+                    ErrorCode.RESOURCE_EXHAUSTED,
+                    f"a stream signs at most {config.max_stream_chunks} chunks; continue the session in another stream",
+                )
             receipt = ReceiptRequest(
                 output_sha256=hashlib.sha256(data).digest(), session=first.session, instance=first.instance,
                 ttl_ms=first.ttl_ms, stream=None if close else StreamChunk(unit, n, units), close=close,
