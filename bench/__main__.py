@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-SECTIONS = ("core", "issuance", "mesh", "stores", "idle")
+SECTIONS = ("core", "issuance", "mesh", "stores", "idle", "sessions")
 
 
 def main(argv: list[str] | None = None) -> int:

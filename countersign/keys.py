@@ -48,13 +48,15 @@ class Signer(Protocol):
 class Ed25519Signer:
     """An in-memory Ed25519 key. Holds the seed; never logs or reprs it."""
 
-    __slots__ = ("_key", "_key_id", "_public_key")
+    __slots__ = ("_key", "_key_id", "_public_key", "_secret")
 
     def __init__(self, seed: bytes) -> None:
         if len(seed) != SEED_LENGTH:
             raise ValueError("an Ed25519 seed is 32 bytes")
         self._key = nacl.signing.SigningKey(seed)
         self._public_key = bytes(self._key.verify_key)
+        # libsodium's secret key (seed and public key), for signing without PyNaCl's wrapper objects.
+        self._secret = nacl.bindings.crypto_sign_seed_keypair(bytes(seed))[1]
         self._key_id = key_id_for(self._public_key)
 
     @classmethod
@@ -75,7 +77,9 @@ class Ed25519Signer:
         return bytes(self._key)
 
     def sign(self, message: bytes) -> bytes:
-        return self._key.sign(message).signature
+        """Ed25519 (deterministic): the same signature as PyNaCl's ``SigningKey.sign``, by the same
+        libsodium call without the signed-message object it builds and slices (a node signs twice)."""
+        return nacl.bindings.crypto_sign(message, self._secret)[:SIGNATURE_LENGTH]
 
     def __repr__(self) -> str:
         return f"Ed25519Signer(key_id={self._key_id!r})"

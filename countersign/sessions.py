@@ -25,13 +25,19 @@ from countersign.constructions import parent_link, record_signing_input
 from countersign.errors import MalformedError
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import (
+    ENVELOPE_KEYS,
     FORMAT_VERSION,
     MAX_DEPTH,
+    NONCE_PATTERN,
+    RECORD_KEYS,
+    SIGNATURE_PATTERN,
     Envelope,
     NodeRecord,
+    OutputReceipt,
     Path,
     UnsupportedVersionError,
     _int,
+    _match,
     _object,
     nesting_exceeds,
     parse_json,
@@ -64,6 +70,12 @@ class SessionEvidence:
 
     @classmethod
     def from_json(cls, value: object) -> SessionEvidence:
+        return cls._from_json(value, parsed=False)
+
+    @classmethod
+    def _from_json(cls, value: object, *, parsed: bool) -> SessionEvidence:
+        """``parsed``: ``value`` came from :func:`parse_json`, so it holds only JSON's own types (no
+        subclass of str or int), which the receipts' fast path (:class:`_Receipts`) relies on."""
         if type(value) is dict and type(value.get("v")) is int and value["v"] != FORMAT_VERSION:
             raise UnsupportedVersionError(f"session version {value['v']} is not supported")
         obj: dict[str, Any] = _object(value, SESSION_KEYS, "session")
@@ -75,10 +87,11 @@ class SessionEvidence:
         items = obj["receipts"]
         if type(items) is not list or not 1 <= len(items) <= MAX_SESSION_RECEIPTS:
             raise MalformedError(f"session.receipts must be a list of 1 to {MAX_SESSION_RECEIPTS} envelopes")
-        receipts = []
+        receipts: list[Envelope] = []
+        parser = _Receipts(fast=parsed)
         for index, item in enumerate(items):
             try:
-                receipts.append(Envelope.from_json(item))
+                receipts.append(parser.parse(item))
             except MalformedError as exc:
                 raise type(exc)(f"receipt {index}: {exc}", index=index) from None
         return cls(agent, tuple(receipts))
@@ -95,11 +108,86 @@ class SessionEvidence:
     def from_bytes(cls, data: bytes) -> SessionEvidence:
         """Parse session evidence from JSON bytes; raises MalformedError (never anything else)."""
         try:
-            return cls.from_json(parse_json(data, MAX_SESSION_INPUT_BYTES))
+            return cls._from_json(parse_json(data, MAX_SESSION_INPUT_BYTES), parsed=True)
         except MalformedError:
             if nesting_exceeds(bytes(data)):
                 raise MalformedError("input is nested too deep") from None
             raise
+
+
+# Fields every receipt of a session shares with its first receipt (as a signer issues them); a receipt
+# whose values of these are exactly the first's (same JSON types too) needs only the others checked.
+_SHARED_FIELDS: Final = ("v", "construction", "deployer", "key_id", "agent", "parent", "depth", "max_children",
+                         "event", "policy", "cosigs")  # fmt: skip
+
+
+class _Receipts:
+    """Parses a session's receipts as :meth:`Envelope.from_json` does, with the same result for every
+    input, and faster for receipts that repeat the first receipt's shared fields.
+
+    Values parsed from JSON text are equal under ``==`` only if equal as JSON, with one
+    exception: ``true == 1`` and ``false == 0``. So the shared fields are compared with ``==``, and
+    the ones that hold integers have their types checked too. When they match, those fields were
+    checked with the first receipt: only the fields that vary between receipts (times, nonce,
+    output, signature) are checked, and the record is the first's with those replaced. On anything
+    else the strict parse decides, so a malformed receipt gets the strict parse's error.
+    ``tests/core/test_session_fast_paths.py`` holds the two equal over valid and mutated receipts."""
+
+    def __init__(self, *, fast: bool) -> None:
+        self._fast = fast  # only for values parsed from JSON text: no subclasses of str or int in them
+        self._first: Envelope | None = None
+        self._shared: tuple[object, ...] = ()
+        self._max_depth_type: type = type(None)
+
+    def parse(self, item: object) -> Envelope:
+        first = self._first
+        if first is None or not self._fast:
+            envelope = Envelope.from_json(item)
+            if first is None:
+                self._first = envelope
+                self._shared = tuple(map(envelope.record_json.__getitem__, _SHARED_FIELDS))
+                self._max_depth_type = type(envelope.record.policy.max_depth)
+            return envelope
+        fast = self._like_first(item, first)
+        return Envelope.from_json(item) if fast is None else fast
+
+    def _like_first(self, item: object, first: Envelope) -> Envelope | None:
+        if type(item) is not dict or item.keys() != ENVELOPE_KEYS:
+            return None
+        record = item["record"]
+        if type(record) is not dict or record.keys() != RECORD_KEYS:
+            return None
+        if tuple(map(record.__getitem__, _SHARED_FIELDS)) != self._shared:
+            return None
+        policy = record["policy"]
+        if (
+            type(record["v"]) is not int
+            or type(record["depth"]) is not int
+            or type(record["max_children"]) is not int
+            or type(policy["max_depth"]) is not self._max_depth_type
+        ):
+            return None
+        try:
+            created, expires = _int(record["created_ms"], ""), _int(record["expires_ms"], "")
+            nonce = _match(record["nonce"], NONCE_PATTERN, "")
+            output = record["output"]
+            parsed_output = None if output is None else OutputReceipt.from_json(output)
+        except MalformedError:
+            return None
+        key_id, sig = item["key_id"], item["sig"]
+        base = first.record
+        if expires <= created or key_id != base.key_id:
+            return None
+        if base.construction.signed:
+            if type(sig) is not str or SIGNATURE_PATTERN.fullmatch(sig) is None:
+                return None
+        elif sig is not None:
+            return None
+        parsed = NodeRecord(
+            base.construction, base.deployer, base.key_id, base.agent, created, expires, base.parent, base.depth,
+            nonce, base.max_children, base.event, base.policy, parsed_output, base.cosigs, base.v,
+        )  # fmt: skip
+        return Envelope(parsed, base.key_id, sig, record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,12 +318,14 @@ def check_session(
                 signatures=signatures,
             )
             prefix = _AgentPrefix.of(agent)
+            if not result:
+                assert result.reason is not None
+                return _reject(result.reason, index, f"path envelope {result.index}: {result.detail}")
         else:  # the agent path passed with receipt 0: only this receipt's own record is left to check
             found = _receipt_walk(prefix, receipt, registry, now_ms, policy)
-            result = VerificationResult.accept() if found is None else found
-        if not result:
-            assert result.reason is not None
-            return _reject(result.reason, index, f"path envelope {result.index}: {result.detail}")
+            if found is not None:
+                assert found.reason is not None
+                return _reject(found.reason, index, f"path envelope {found.index}: {found.detail}")
         output = record.output
         if output is None:
             return _reject(Reason.OUTPUT_MISSING, index, "the receipt has no output section")

@@ -36,7 +36,7 @@ from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 from countersign_cli.offline import now_ms, render_tree
 
 if TYPE_CHECKING:
-    from countersign.client import VerifierClient
+    from countersign.client import SignerClient, VerifierClient
 from countersign.verify import Mode, verify_path
 
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
@@ -73,9 +73,12 @@ class Report:
     def __init__(self) -> None:
         self.failed: list[str] = []
 
-    def outcome(self, label: str, result: VerificationResult, expected: Reason | None, note: str = "") -> None:
+    def outcome(
+        self, label: str, result: VerificationResult, expected: Reason | None, note: str = "", where: str = "record"
+    ) -> None:
         ok = (expected is None and bool(result)) or (expected is not None and result.reason is expected)
-        verdict = "ACCEPT" if result else f"REJECT {result.reason} at record {result.index}"
+        at = "at the end" if result.index is None else f"at {where} {result.index}"
+        verdict = "ACCEPT" if result else f"REJECT {result.reason} {at}"
         print(f"  {'ok ' if ok else 'BAD'} {label:<62} {verdict}{note}", flush=True)
         if not ok:
             self.failed.append(label)
@@ -184,6 +187,8 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
             note="  <- known limit: the child signs alone",
         )  # fmt: skip
 
+        writer_session(mesh, runtimes["deployer-c"], writer, report)
+
         print("\nRevocation without restart:")
         operator = mesh.operator_client()
         extra = Ed25519Signer.generate()
@@ -222,6 +227,56 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
         report.failed += [f"{name} did not exit cleanly" for name in unclean]
     print("all outcomes as expected" if not report.failed else f"NOT as expected: {', '.join(report.failed)}")
     return EXIT_OK if not report.failed else EXIT_REJECTED
+
+
+TURNS = (
+    b"Draft: the three sources agree on the answer.\n",
+    b"Revision: the sources agree, with one caveat.\n",
+    b"Final: the sources agree; the caveat is noted.\n",
+)
+
+
+def writer_session(mesh: object, writer_runtime: SignerClient, writer: Path, report: Report) -> None:
+    """The Writer's three-turn session, signed through deployer-c's signer and closed; then the same
+    receipts reordered, with a turn dropped, and truncated (the close receipt removed), each rejected."""
+    from countersign.keys import PublicKey
+    from countersign.registry import KeyEntry, Registry
+    from countersign.sessions import SessionEvidence, check_session
+    from countersign_cli.localmesh import LocalMesh
+
+    assert isinstance(mesh, LocalMesh)
+    print("\nSession: the Writer's three turns, signed by deployer-c's signer, then closed")
+    turns = [writer_runtime.receipt(writer, hashlib.sha256(t).digest(), session="writer-chat").leaf for t in TURNS]
+    close = writer_runtime.close_session(writer, session="writer-chat").leaf
+    # The keys the operator enrolled (valid from the start), as the verifier's registry holds them.
+    registry = Registry(
+        {d: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for d, k in mesh.deployer_keys.items()}, sequence=3
+    )
+    now = now_ms()
+
+    def check(receipts: list[Envelope], outputs: list[bytes | None], closed: bool = True) -> VerificationResult:
+        # The core's session check, in this process, for now: the verifier's VerifySession may take
+        # its place once it is merged (the verdicts are the same: it runs this check).
+        evidence = SessionEvidence(writer, tuple(receipts))
+        return check_session(evidence, outputs, registry=registry, now_ms=now, require_closed=closed).result
+
+    t0, t1, t2 = TURNS
+    report.outcome(
+        "the closed session, three turns (consumer requires closed)",
+        check([*turns, close], [t0, t1, t2, None]), None, where="receipt",
+    )  # fmt: skip
+    report.outcome(
+        "the same session reordered (turns 1, 0, 2)",
+        check([turns[1], turns[0], turns[2], close], [t1, t0, t2, None]), Reason.SESSION_REORDERED, where="receipt",
+    )  # fmt: skip
+    report.outcome(
+        "the same session with turn 1 dropped",
+        check([turns[0], turns[2], close], [t0, t2, None]), Reason.SESSION_GAP, where="receipt",
+    )  # fmt: skip
+    report.outcome(
+        "the same session truncated (close receipt removed)",
+        check(turns, [t0, t1, t2]), Reason.SESSION_TRUNCATED, where="receipt",
+    )  # fmt: skip
 
 
 def wait_for(

@@ -107,6 +107,10 @@ class SignerConfig:
     max_ttl_ms: int = 24 * 3_600_000
     max_grant_ttl_ms: int = 600_000
     max_session_outputs: int = DEFAULT_MAX_SESSION_OUTPUTS  # receipts per session (ADR 0018)
+    # One StreamReceipts call signs at most this many chunks and reads at most this many messages
+    # (a message without output still costs a read): a stream is a slot held, so it must end.
+    max_stream_chunks: int = 10_000
+    max_stream_messages: int = 100_000
     cosign_timeout_ms: int = 2_000
     # Lanes (countersign/client/lanes.py): at most this many open from each peer deployer's signer
     # and from each runtime connection, and as many co-signing lanes opened to each parent; a
@@ -140,6 +144,8 @@ class SignerConfig:
             raise ConfigError("lane_idle_ms must be positive")
         if self.max_session_outputs < 1:
             raise ConfigError("max_session_outputs must be positive")
+        if self.max_stream_chunks < 1 or self.max_stream_messages < 1:
+            raise ConfigError("max_stream_chunks and max_stream_messages must be positive")
 
     @property
     def policy(self) -> SignerPolicy:
@@ -156,7 +162,7 @@ class SignerMetrics:
             registry=registry,
         )  # fmt: skip
         self.lanes = prometheus_client.Gauge(
-            "countersign_lanes_open", "Lanes open to this signer by kind (cosign: from peers; runtime)", ["kind"],
+            "countersign_lanes_open", "Lanes open to this signer by kind (cosign, runtime, stream)", ["kind"],
             registry=registry,
         )  # fmt: skip
         self.cosign_latency = prometheus_client.Histogram(
@@ -427,6 +433,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self, request: signer_pb2.CloseSessionRequest, context: grpc.ServicerContext
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
+        self._registry()
         parent, digest = self._own_parent(request.parent_path)
         receipt = ReceiptRequest(
             output_sha256=hashlib.sha256(b"").digest(), session=request.session, instance=request.instance,
@@ -442,16 +449,53 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self, chunks: Iterator[signer_pb2.OutputChunk], context: grpc.ServicerContext
     ) -> Iterator[signer_pb2.ChunkReceipt]:
         """A stream's pieces in, one receipt per n units out (docs/spec.md 17.6): the chunking is
-        :class:`countersign.cosigning.ChunkBuffer`'s, each receipt issued as by IssueReceipt."""
+        :class:`countersign.cosigning.ChunkBuffer`'s, each receipt issued as by IssueReceipt.
+
+        Each stream holds one of the connection's runtime lane slots (``lanes_per_peer``, counted with
+        its ``RuntimeCalls`` lanes) for its whole life, and reads at most ``max_stream_messages``
+        messages and signs at most ``max_stream_chunks`` chunks: one connection cannot hold more
+        handler threads than its lanes may, nor keep one busy without end."""
         self._require_runtime(context)
-        first = next(chunks, None)
+        release = self._lane_slots.hold("stream", str(context.peer()), context)
+        try:
+            yield from self._stream_receipts(chunks, context)
+        finally:
+            release()
+
+    def _stream_receipts(
+        self, chunks: Iterator[signer_pb2.OutputChunk], context: grpc.ServicerContext
+    ) -> Iterator[signer_pb2.ChunkReceipt]:
+        config = self._config
+        read = 0
+
+        def next_message() -> signer_pb2.OutputChunk | None:
+            nonlocal read
+            message = next(chunks, None)
+            read += message is not None
+            if read > config.max_stream_messages:
+                raise _refuse(
+                    ErrorCode.RESOURCE_EXHAUSTED, f"a stream carries at most {config.max_stream_messages} messages"
+                )
+            return message
+
+        self._registry()
+        first = next_message()
         if first is None:
             return
         unit, n = _allowed(stream_spec(first.unit, first.n))
         parent, digest = self._own_parent(first.parent_path)
         buffer = ChunkBuffer(unit, n)
 
+        signed = 0
+
         def sign(data: bytes, units: int, close: bool = False) -> signer_pb2.ChunkReceipt:
+            nonlocal signed
+            signed += not close  # the close receipt ends the stream: it is not a chunk
+            if signed > config.max_stream_chunks:
+                raise _refuse(
+                    ErrorCode.RESOURCE_EXHAUSTED,
+                    f"a stream signs at most {config.max_stream_chunks} chunks; continue the session in another stream",
+                )
             receipt = ReceiptRequest(
                 output_sha256=hashlib.sha256(data).digest(), session=first.session, instance=first.instance,
                 ttl_ms=first.ttl_ms, stream=None if close else StreamChunk(unit, n, units), close=close,
@@ -477,7 +521,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             if message.close:
                 closing = True
                 break
-            message = next(chunks, None)
+            message = next_message()
         rest = buffer.flush()
         if rest is not None:
             yield sign(*rest)

@@ -38,6 +38,28 @@ class LaneSlots:
         context: grpc.ServicerContext,
         decide: Callable[[Request], Answer],
     ) -> Iterator[Answer]:
+        release = self._take(kind, key, context)
+        try:
+            for request in requests:
+                with self._lock:
+                    self._busy[context] = True
+                yield decide(request)  # resumed once gRPC has sent the answer
+                if self._idle_again(context):  # shutting down: the call in flight was answered; end the lane
+                    return
+        finally:
+            release()
+
+    def hold(self, kind: str, key: str, context: grpc.ServicerContext) -> Callable[[], None]:
+        """Take a slot for a stream that is not a lane of calls (one request stream, many answers):
+        counted with the lanes of ``kind`` and ``key``, busy from the start (``stop`` lets it finish).
+        The slot comes back by the returned function or when the call ends, whichever is first."""
+        release = self._take(kind, key, context)
+        with self._lock:
+            self._busy[context] = True
+        context.add_callback(release)  # the call ended (answered, failed, cancelled) even if never iterated to its end
+        return release
+
+    def _take(self, kind: str, key: str, context: grpc.ServicerContext) -> Callable[[], None]:
         slot = f"{kind}:{key}"
         with self._lock:
             if self._stopping:  # a lane opened now would hold the server for its whole grace period
@@ -56,20 +78,19 @@ class LaneSlots:
             self._busy[context] = False
         gauge = self._gauge.labels(kind)
         gauge.inc()
-        try:
-            for request in requests:
-                with self._lock:
-                    self._busy[context] = True
-                yield decide(request)  # resumed once gRPC has sent the answer
-                if self._idle_again(context):  # shutting down: the call in flight was answered; end the lane
-                    return
-        finally:
+        once = threading.Lock()
+
+        def release() -> None:
+            if not once.acquire(blocking=False):  # released already (by the call's end, or the stream's)
+                return
             with self._lock:
                 del self._busy[context]
                 self._open[slot] -= 1
                 if not self._open[slot]:
                     del self._open[slot]
             gauge.dec()
+
+        return release
 
     def _idle_again(self, context: grpc.ServicerContext) -> bool:
         """Mark the lane idle; True when the server is stopping (the lane should end)."""

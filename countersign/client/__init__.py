@@ -36,6 +36,7 @@ from countersign.client.retry import (
 )
 from countersign.client.runtime import (
     AsyncRuntime,
+    ClosedSession,
     OutputEmitter,
     PathVerdict,
     Runtime,
@@ -45,7 +46,7 @@ from countersign.client.runtime import (
     verify_offline,
     verify_path,
 )
-from countersign.client.signer import AsyncSignerClient, SignerClient
+from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.errors import ErrorCode
@@ -56,6 +57,8 @@ __all__ = [
     "AsyncSignerClient",
     "AsyncVerifierClient",
     "Attempt",
+    "ChunkReceipt",
+    "ClosedSession",
     "Delegation",
     "ErrorCode",
     "Grant",

@@ -6,7 +6,9 @@ bytes itself), a same-deployer child, and a cross-deployer delegation in two hal
 runtime calls :meth:`Runtime.delegate` (its signer opens a grant; the answer is a
 :class:`countersign.client.Delegation`, sent to the child as a string), the child's runtime calls
 :meth:`Runtime.accept` (its signer obtains the parent signer's co-signature). Closing a session waits
-for the signer's ``CloseSession`` (issue 17); it is not offered here until the signer has it.
+for the signer's close receipt (:meth:`Runtime.close_session`, a :class:`ClosedSession`); a
+streamed output is signed one receipt per ``n`` tokens or bytes as it is emitted
+(:meth:`Runtime.stream`, :class:`countersign.client.signer.ChunkReceipt` per chunk).
 
 Consumer side, :func:`verify_path` (and :func:`averify_path`): one path and the exact output bytes,
 checked by a verifier service or offline against a registry with the core's own verification; the
@@ -34,14 +36,14 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from types import TracebackType
 
 from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.results import VerifierVerdict
-from countersign.client.signer import AsyncSignerClient, SignerClient
+from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.errors import ConfigError, ErrorCode, MalformedError
@@ -107,6 +109,30 @@ def _handoff(delegation: Delegation | str, deployer: str, now_ms: int | None) ->
 # --- producer side ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ClosedSession:
+    """A session's close receipt (docs/spec.md 17): the signer issues no receipt for the session after it.
+
+    ``count``: the receipts of the session before the close receipt (its own ``seq``); ``last``: the
+    digest of the last of them (None when the session was closed empty). Present ``path.leaf`` as the
+    session's last receipt to a consumer that requires a closed session."""
+
+    path: Path
+    session: str
+    count: int
+    last: str | None
+
+    @classmethod
+    def of(cls, path: Path) -> ClosedSession:
+        output = path.leaf.record.output
+        if output is None or output.close is None:
+            raise ValueError("the path's leaf is not a close receipt")
+        return cls(path, output.session, output.close.count, output.close.last)
+
+
+Pieces = Iterable[bytes | tuple[bytes, int]]
+
+
 @dataclass
 class Runtime:
     """A deployer's agent runtime talking to its own signer at ``signer`` (host:port) as ``deployer``.
@@ -163,6 +189,31 @@ class Runtime:
         the session's receipts (``seq``) and chains each to the one before."""
         digest = hashlib.sha256(output).digest()
         return self._client.receipt(parent, digest, session=session, binding_scope=binding_scope)
+
+    def close_session(self, parent: Path, *, session: str = "", timeout_s: float = 10.0) -> ClosedSession:
+        """Close ``session`` (default: the agent instance, as :meth:`receipt`) of the agent of ``parent``:
+        its signer signs the close receipt, committing to the session's count and last receipt, and
+        refuses later receipts of the session (``SESSION_CLOSED``). Closing again answers the same."""
+        return ClosedSession.of(self._client.close_session(parent, session=session, timeout_s=timeout_s))
+
+    def stream(
+        self,
+        parent: Path,
+        pieces: Pieces,
+        *,
+        session: str = "",
+        unit: str = "bytes",
+        n: int = 4096,
+        close: bool = False,
+        timeout_s: float = 60.0,
+    ) -> list[ChunkReceipt]:
+        """Sign a streamed output as it is emitted: ``pieces`` are sent as the iterable yields them
+        (bytes; with ``unit="tokens"``, each ``(bytes, token_count)``), and the signer signs one
+        receipt per ``n`` units, each chained to the one before, the rest in a short last chunk; with
+        ``close``, then the close receipt. A stream cut short is verifiable up to its last chunk."""
+        return self._client.stream_receipts(
+            parent, pieces, session=session, unit=unit, n=n, close=close, timeout_s=timeout_s
+        )
 
     def delegate(self, parent: Path, child_deployer: str, *, ttl_ms: int = 60_000) -> Delegation:
         """Let ``child_deployer`` attach one child agent under ``parent`` (this deployer's record)
@@ -254,6 +305,26 @@ class AsyncRuntime:
         """See :meth:`Runtime.receipt`."""
         digest = hashlib.sha256(output).digest()
         return await self._client.receipt(parent, digest, session=session, binding_scope=binding_scope)
+
+    async def close_session(self, parent: Path, *, session: str = "", timeout_s: float = 10.0) -> ClosedSession:
+        """See :meth:`Runtime.close_session`."""
+        return ClosedSession.of(await self._client.close_session(parent, session=session, timeout_s=timeout_s))
+
+    async def stream(
+        self,
+        parent: Path,
+        pieces: Pieces,
+        *,
+        session: str = "",
+        unit: str = "bytes",
+        n: int = 4096,
+        close: bool = False,
+        timeout_s: float = 60.0,
+    ) -> list[ChunkReceipt]:
+        """See :meth:`Runtime.stream` (``pieces`` is a plain iterable, read on the event loop)."""
+        return await self._client.stream_receipts(
+            parent, pieces, session=session, unit=unit, n=n, close=close, timeout_s=timeout_s
+        )
 
     async def delegate(self, parent: Path, child_deployer: str, *, ttl_ms: int = 60_000) -> Delegation:
         """See :meth:`Runtime.delegate`."""

@@ -14,6 +14,7 @@ RUNTIME_CALLS = {
     "IssueReceipt": "issue_receipt",
     "OpenGrant": "open_grant",
     "AcceptDelegation": "accept_delegation",
+    "CloseSession": "close_session",
 }
 RUNTIME_METHODS = {field: method for method, field in RUNTIME_CALLS.items()}
 

@@ -214,7 +214,7 @@ class SignerClient:
         """Close ``session`` (empty: the parent's agent instance) of ``parent``: the path to its close
         receipt, which commits to the session's count and last receipt. No receipt is issued for the
         session afterwards (``SESSION_CLOSED``); closing it again answers the same close receipt."""
-        return _path(unary(self._stub.CloseSession)(_close_request(parent, session, ttl_ms), timeout_s))
+        return _path(self._call("CloseSession", _close_request(parent, session, ttl_ms), timeout_s))
 
     def stream_receipts(
         self,

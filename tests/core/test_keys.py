@@ -118,3 +118,12 @@ def test_key_file_whose_public_half_does_not_match_is_refused(tmp_path) -> None:
 def test_unknown_key_uri_scheme_is_refused() -> None:
     with pytest.raises(SignerError, match="unknown key URI scheme"):
         load_signer("vault:secret/key")
+
+
+@given(st.binary(min_size=32, max_size=32), st.binary(min_size=0, max_size=4096))
+def test_signing_gives_exactly_pynacls_signature(seed: bytes, message: bytes) -> None:
+    """Ed25519Signer.sign calls libsodium directly; Ed25519 is deterministic, so the signature must be
+    PyNaCl's ``SigningKey.sign`` byte for byte."""
+    import nacl.signing
+
+    assert Ed25519Signer(seed).sign(message) == nacl.signing.SigningKey(seed).sign(message).signature

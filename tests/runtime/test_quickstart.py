@@ -21,14 +21,19 @@ pytestmark = pytest.mark.daemons
 
 QUICKSTART = Path(__file__).parents[2] / "docs" / "quickstart-runtime.md"
 # Which environment each python block runs in, in the page's order.
-ROLES = ["deployer-a", None, "deployer-a", "deployer-b"]
+ROLES = ["deployer-a", None, "deployer-a", "deployer-b", "deployer-a"]
 DRIVER = """
 import json, os, sys
 namespace = {}
 for code, env in json.loads(sys.stdin.read()):
     os.environ.update(env)
     exec(compile(code, "quickstart-runtime.md", "exec"), namespace)
-print(json.dumps({"handoff": namespace.get("handoff"), "receipt": namespace["receipt"].to_bytes().decode()}))
+answer = {"handoff": namespace.get("handoff"), "receipt": namespace["receipt"].to_bytes().decode()}
+if "closed" in namespace:  # the sessions block ran
+    closed = namespace["closed"]
+    answer["closed"] = [closed.count, closed.last, namespace["turns"][-1].leaf.digest()]
+    answer["chunks"] = [[c.seq, c.units, c.closed] for c in namespace["chunks"]]
+print(json.dumps(answer))
 """
 
 
@@ -72,6 +77,10 @@ def test_every_block_runs_as_printed(runtime_mesh: LocalMesh, tmp_path: Path) ->
     assert len(receipt.envelopes[1].record.cosigs) == 2
     assert verify_offline(receipt, b"notes from three sources\n", mesh_registry(runtime_mesh))
     assert (tmp_path / "receipt.json").exists()
+    # The sessions block: three turns closed, and a 22-byte stream in chunks of 8, then its close.
+    count, last, third = answer["closed"]
+    assert (count, last) == (3, third)
+    assert answer["chunks"] == [[0, 8, False], [1, 8, False], [2, 6, False], [3, 0, True]]
 
 
 def test_the_consumer_block_verifies_offline_too(runtime_mesh: LocalMesh, registry_file: str, tmp_path: Path) -> None:

@@ -147,6 +147,7 @@ class RuntimeCall(_message.Message):
     ISSUE_RECEIPT_FIELD_NUMBER: _builtins.int
     OPEN_GRANT_FIELD_NUMBER: _builtins.int
     ACCEPT_DELEGATION_FIELD_NUMBER: _builtins.int
+    CLOSE_SESSION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def issue_root(self) -> Global___IssueRootRequest: ...
     @_builtins.property
@@ -157,6 +158,8 @@ class RuntimeCall(_message.Message):
     def open_grant(self) -> Global___OpenGrantRequest: ...
     @_builtins.property
     def accept_delegation(self) -> Global___AcceptDelegationRequest: ...
+    @_builtins.property
+    def close_session(self) -> Global___CloseSessionRequest: ...
     def __init__(
         self,
         *,
@@ -165,12 +168,13 @@ class RuntimeCall(_message.Message):
         issue_receipt: Global___IssueReceiptRequest | None = ...,
         open_grant: Global___OpenGrantRequest | None = ...,
         accept_delegation: Global___AcceptDelegationRequest | None = ...,
+        close_session: Global___CloseSessionRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_delegation", b"accept_delegation", "call", b"call", "issue_local_child", b"issue_local_child", "issue_receipt", b"issue_receipt", "issue_root", b"issue_root", "open_grant", b"open_grant"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_delegation", b"accept_delegation", "call", b"call", "close_session", b"close_session", "issue_local_child", b"issue_local_child", "issue_receipt", b"issue_receipt", "issue_root", b"issue_root", "open_grant", b"open_grant"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_delegation", b"accept_delegation", "call", b"call", "issue_local_child", b"issue_local_child", "issue_receipt", b"issue_receipt", "issue_root", b"issue_root", "open_grant", b"open_grant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_delegation", b"accept_delegation", "call", b"call", "close_session", b"close_session", "issue_local_child", b"issue_local_child", "issue_receipt", b"issue_receipt", "issue_root", b"issue_root", "open_grant", b"open_grant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["issue_root", "issue_local_child", "issue_receipt", "open_grant", "accept_delegation"]  # noqa: Y015
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["issue_root", "issue_local_child", "issue_receipt", "open_grant", "accept_delegation", "close_session"]  # noqa: Y015
     _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
 
@@ -184,7 +188,7 @@ class RuntimeAnswer(_message.Message):
     GRANT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def issued(self) -> Global___IssueResponse:
-        """IssueRoot, IssueLocalChild, IssueReceipt, AcceptDelegation"""
+        """IssueRoot, IssueLocalChild, IssueReceipt, AcceptDelegation, CloseSession"""
 
     @_builtins.property
     def grant(self) -> Global___OpenGrantResponse:
