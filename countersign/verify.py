@@ -144,9 +144,7 @@ def verify_path(
     verdict, its reason and its index are the same as without it.
     """
     edges: list[ChildEdge] = []
-    result = _walk(
-        path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures, cache=prefix_cache
-    )
+    result = _walk(path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures, cache=prefix_cache)
     if result is not None:
         return result
     leaf_index = len(path) - 1

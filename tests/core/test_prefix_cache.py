@@ -49,9 +49,9 @@ def mutate(path: Path, draw: st.DrawFn) -> Path | None:
         sig = envelope["sig"]
         envelope["sig"] = ("B" if sig[0] == "A" else "A") + sig[1:]
     elif kind == "expires":
-        record["expires_ms"] += draw(st.integers(-10**9, 10**9))
+        record["expires_ms"] += draw(st.integers(-(10**9), 10**9))
     elif kind == "created":
-        record["created_ms"] += draw(st.integers(-10**7, 10**7))
+        record["created_ms"] += draw(st.integers(-(10**7), 10**7))
     elif kind == "nonce" and len(envelopes) > 1:
         record["nonce"] = envelopes[(index + 1) % len(envelopes)]["record"]["nonce"]
     elif kind == "depth":
@@ -122,7 +122,7 @@ def presentations(draw: st.DrawFn) -> list[Presentation]:
         elif action == "revoke":
             registry = revoked(registry, draw(st.sampled_from(DEPLOYERS)), NOW_MS - 1)
         elif action == "later":
-            now = NOW_MS + draw(st.sampled_from([-10**7, 10**6, 10**8, 10**10]))
+            now = NOW_MS + draw(st.sampled_from([-(10**7), 10**6, 10**8, 10**10]))
         sequence.append((*presented, registry, now, draw(st.sampled_from([Mode.AUDIT, Mode.ACCEPT]))))
     return sequence
 
