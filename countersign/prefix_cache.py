@@ -10,8 +10,12 @@ change can never reuse an entry: the cache is emptied when it sees another regis
 shared between registries. The time windows of the cached records, the output binding and the
 durable state (replay and fan-out) are still checked on every verification.
 
-Bounded: at most ``max_entries`` entries, least recently used first out. Pure data, no I/O; safe to
-share between threads.
+It also remembers the envelopes of the paths it stored, by the digest of their canonical bytes, so
+parsing a path skips the schema checks of envelopes already seen (:meth:`Envelope.from_json_known`:
+equal digests are equal JSON values; everything else is parsed in full).
+
+Bounded: at most ``max_entries`` prefixes and ``4 × max_entries`` envelopes, least recently used
+first out. Pure data, no I/O; safe to share between threads.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from countersign.canonical import canonicalize_validated, sha256_digest
+from countersign.records import Envelope
 from countersign.registry import Registry
 from countersign.state import ChildEdge
 
@@ -57,6 +62,7 @@ class PrefixCache:
             raise ValueError(f"max_entries must be between 1 and {MAX_ENTRIES_LIMIT}")
         self.max_entries = max_entries
         self._entries: OrderedDict[Hashable, PrefixState] = OrderedDict()
+        self._envelopes: OrderedDict[str, Envelope] = OrderedDict()
         self._lock = threading.Lock()
         self._registry: Registry | None = None  # held, so its identity cannot be reused by another object
         self._registry_digest = ""
@@ -71,6 +77,7 @@ class PrefixCache:
                 digest = registry_digest(registry)
                 if digest != self._registry_digest:
                     self._entries.clear()
+                    self._envelopes.clear()
                     self._registry_digest = digest
                 self._registry = registry
             return (self._registry_digest, registry.sequence, policy)
@@ -92,9 +99,26 @@ class PrefixCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
+    def known_envelope(self, digest: str) -> Envelope | None:
+        """The envelope stored under ``digest`` (the digest of its canonical bytes), if any."""
+        with self._lock:
+            envelope = self._envelopes.get(digest)
+            if envelope is not None:
+                self._envelopes.move_to_end(digest)
+            return envelope
+
+    def remember_envelopes(self, envelopes: tuple[Envelope, ...]) -> None:
+        with self._lock:
+            for envelope in envelopes:
+                self._envelopes[envelope.digest()] = envelope
+                self._envelopes.move_to_end(envelope.digest())
+            while len(self._envelopes) > 4 * self.max_entries:
+                self._envelopes.popitem(last=False)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._envelopes.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -230,7 +230,7 @@ def verify_path_bytes(
 ) -> VerificationResult:
     """Parse, then :func:`verify_path`. Malformed input is a ``MALFORMED`` (or version) reject."""
     try:
-        path = Path.from_bytes(path_bytes)
+        path = Path.from_bytes(path_bytes, None if prefix_cache is None else prefix_cache.known_envelope)
     except MalformedError as exc:
         return malformed_result(exc)
     return verify_path(
@@ -384,6 +384,7 @@ class _CachePlan:
     prefix states to store once the whole walk (signatures included) has passed."""
 
     cache: PrefixCache
+    path: Path
     epoch: tuple[object, ...]
     digests: tuple[str, ...]
     resume: PrefixState | None
@@ -409,11 +410,13 @@ class _CachePlan:
         # unless the cache already proved them.
         known = 0 if resume is None else resume.length
         lengths = tuple(length for length in (total - 1, total) if length > known)
-        return cls(cache, epoch, digests, resume, lengths)
+        return cls(cache, path, epoch, digests, resume, lengths)
 
     def store(self) -> None:
         for length, state in self.snapshots.items():
             self.cache.put((self.epoch, self.digests[:length]), state)
+        if self.snapshots:
+            self.cache.remember_envelopes(self.path.envelopes)
 
 
 def _collect(

@@ -291,7 +291,8 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             result = VerificationResult.reject(Reason.MALFORMED, None, f"path exceeds {MAX_INPUT_BYTES} bytes")
         else:
             try:
-                path = Path.from_bytes(request.path)
+                known = None if self._prefix_cache is None else self._prefix_cache.known_envelope
+                path = Path.from_bytes(request.path, known)
             except MalformedError as exc:
                 result = malformed_result(exc)
             else:

@@ -5,6 +5,7 @@ times and a revocation between presentations; and it stays bounded."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 
 import pytest
@@ -18,7 +19,7 @@ from countersign.records import Construction, Path
 from countersign.registry import Registry
 from countersign.samples import SampleMesh, cross_deployer_route
 from countersign.state import InMemoryState
-from countersign.verify import Mode, VerifierPolicy, verify_path
+from countersign.verify import Mode, VerifierPolicy, verify_path, verify_path_bytes
 from tests.core.strategies import DEPLOYERS, MESH, NOW_MS, valid_paths
 
 pytestmark = pytest.mark.offline
@@ -137,8 +138,8 @@ def test_the_cache_changes_no_verdict_reason_or_index(sequence: list[Presentatio
     cache = PrefixCache(max_entries)
     cached_state, plain_state = InMemoryState(), InMemoryState()  # replay and fan-out kept apart per side
     for path, output, registry, now, mode in sequence:
-        with_cache = verify_path(
-            path, output, registry=registry, state=cached_state, mode=mode, now_ms=now, policy=POLICY,
+        with_cache = verify_path_bytes(
+            path.to_bytes(), output, registry=registry, state=cached_state, mode=mode, now_ms=now, policy=POLICY,
             prefix_cache=cache,
         )  # fmt: skip
         without = verify_path(path, output, registry=registry, state=plain_state, mode=mode, now_ms=now, policy=POLICY)
@@ -203,3 +204,42 @@ def test_the_cache_is_bounded_and_least_recently_used_goes_first() -> None:
     assert cache.hits == hits + 1  # the oldest was evicted
     with pytest.raises(ValueError):
         PrefixCache(0)
+
+
+def parse_outcome(data: bytes, cache: PrefixCache | None) -> object:
+    try:
+        path = Path.from_bytes(data, None if cache is None else cache.known_envelope)
+    except MalformedError as exc:
+        return ("malformed", type(exc), str(exc), exc.index)
+    return [(e, e.record_json, e.record_bytes(), e.digest()) for e in path.envelopes]
+
+
+@st.composite
+def presented_bytes(draw: st.DrawFn) -> tuple[Path, bytes]:
+    """A path's bytes as an attacker might send them after the verifier cached the path: canonical or
+    not (whitespace, key order), one JSON-level change, or one byte changed."""
+    path, _ = draw(valid_paths())
+    body = path.to_json()
+    kind = draw(st.sampled_from(["canonical", "spaced", "mutated", "byte", "duplicate-key"]))
+    if kind == "canonical":
+        return path, path.to_bytes()
+    if kind == "spaced":
+        return path, json.dumps(body, indent=draw(st.sampled_from([None, 1])), sort_keys=draw(st.booleans())).encode()
+    if kind == "mutated":
+        mutated = mutate(path, draw)
+        return path, (path if mutated is None else mutated).to_bytes()
+    data = bytearray(path.to_bytes())
+    if kind == "byte":
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+        return path, bytes(data)
+    # A duplicate key inside a record: the JSON parser must still refuse it.
+    return path, bytes(data).replace(b'"depth":', b'"depth":0,"depth":', 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(presented_bytes())
+def test_parsing_with_known_envelopes_gives_the_same_path_or_the_same_error(case: tuple[Path, bytes]) -> None:
+    path, data = case
+    cache = PrefixCache()
+    cache.remember_envelopes(path.envelopes)
+    assert parse_outcome(data, cache) == parse_outcome(data, None)
