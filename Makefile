@@ -11,7 +11,7 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo test lint types unit bench workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
+.PHONY: demo test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
 
 include infra/tools.mk
 
@@ -73,8 +73,18 @@ proto: $(STAMP)
 vectors: $(STAMP)
 	$(PY) tests/vectors/generate.py
 
-bench: $(STAMP)
+# The benchmark-only peers (the bench extra: HDP, Biscuit), installed by the benchmark, not by `make test`.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	@$(QUIETLY) $(PIP) install -c constraints.txt -e '.[$(EXTRAS),bench]'
+	@touch $@
+
+bench: $(BENCH_STAMP)
 	$(PY) -m bench
+
+# The daemons' memory over 100,000 requests each (minutes; kept out of `make bench`).
+soak: $(STAMP)
+	$(PY) -m bench --only soak
 
 # The paper's LangGraph experiment (Planner -> Researcher -> Writer on three deployers), then its live
 # workflow (parent, A2A child, MCP tool in their own processes), each beside its figures.

@@ -208,6 +208,9 @@ def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: f
 # --- report ----------------------------------------------------------------------------------------
 
 
+FLOOR_TARGET = 1.3  # issuance against its design floor measured in the same run (issue 22)
+
+
 def report(results: dict[str, Any]) -> str:
     def row(label: str, stats: dict[str, float]) -> str:
         return f"| {label} | {stats['p50']:.0f} | {stats['p99']:.0f} | {stats['mean']:.0f} | {int(stats['n'])} |"
@@ -233,9 +236,11 @@ def report(results: dict[str, Any]) -> str:
     lines += [f"| {label} | {mean:.0f} |" for label, mean in results["breakdown_mean_us"].items()]
     lines += [
         "",
-        f"co-signed issuance p50 = {issuance['p50'] / raw['p50']:.2f}× the raw round trip (target ≤ 3)",
         f"floor of this design (woken in-process p50 + 2 raw round trips) = {floor:.0f} µs = "
         f"{floor / raw['p50']:.2f}× the raw round trip",
+        f"co-signed issuance p50 = {issuance['p50'] / floor:.2f}× that floor (target ≤ {FLOOR_TARGET}: "
+        f"{'met' if issuance['p50'] <= FLOOR_TARGET * floor else 'NOT met'}); "
+        f"{issuance['p50'] / raw['p50']:.2f}× the raw round trip (the retired target of 3× lies below the floor)",
     ]
     return "\n".join(lines)
 

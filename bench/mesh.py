@@ -180,7 +180,6 @@ def run(quick: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {"service_cpu": SERVICE_CPU, "client_cpus": sorted(CLIENT_CPUS)}
     with pinned_mesh("countersign-bench-") as mesh:
         results.update(_verification(mesh, quick))
-        results.update(_memory(mesh, quick))
     return results
 
 
@@ -328,6 +327,14 @@ def report(results: dict[str, Any]) -> str:
         f"| in-process, accept (SQLite), one core | {results['inprocess_accept_per_s']:.0f} | |",
         f"| service, accept (SQLite), 4 clients | {results['service_accept_per_s']:.0f} | "
         f"{results['service_accept_per_s'] / results['inprocess_accept_per_s']:.2f} |",
+    ]
+    return "\n".join(lines)
+
+
+def memory_report(results: dict[str, Any]) -> str:
+    """The memory soak's table (``make soak``: ``python -m bench --only soak``)."""
+    lines = [
+        "## Daemons' memory over a soak (`make soak`)",
         "",
         "| daemon | requests | RSS after warm-up MB | RSS final MB | growth MB |",
         "|---|---:|---:|---:|---:|",

@@ -38,6 +38,16 @@ class MerkleAccumulator:
             size, digest = left_size + size, _node(left, digest)
         self._subtrees.append((size, digest))
 
+    def snapshot(self) -> tuple[tuple[int, bytes], ...]:
+        """The compact range, to resume from later (:meth:`resumed`)."""
+        return tuple(self._subtrees)
+
+    @classmethod
+    def resumed(cls, subtrees: tuple[tuple[int, bytes], ...]) -> MerkleAccumulator:
+        accumulator = cls()
+        accumulator._subtrees = list(subtrees)
+        return accumulator
+
     def root(self) -> str:
         """``sha256:<hex>`` of the tree hash. Raises ValueError when empty (a root has no parent)."""
         if not self._subtrees:

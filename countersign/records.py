@@ -11,7 +11,7 @@ import copy
 import enum
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -457,6 +457,8 @@ class UnsupportedVersionError(MalformedError):
 # --- envelopes and paths -----------------------------------------------------------------------
 
 ENVELOPE_KEYS: Final = frozenset({"record", "key_id", "sig"})
+KnownEnvelopes = Callable[[str], "Envelope | None"]
+"""Envelopes already parsed, by the digest of their canonical bytes (a verifier's prefix cache)."""
 PATH_KEYS: Final = frozenset({"v", "envelopes"})
 
 
@@ -475,6 +477,7 @@ class Envelope:
     sig: str | None
     record_json: dict[str, JsonValue] = field(compare=False, repr=False)
     _record_bytes: bytes | None = field(default=None, init=False, compare=False, repr=False)
+    _digest: str | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def build(cls, record: NodeRecord, sig: str | None) -> Envelope:
@@ -524,7 +527,48 @@ class Envelope:
 
     def digest(self) -> str:
         """``sha256:<hex>`` of the canonical envelope: how a child names its parent."""
-        return sha256_digest(self.canonical_bytes())
+        digest = self._digest
+        if digest is None:
+            digest = sha256_digest(self.canonical_bytes())
+            object.__setattr__(self, "_digest", digest)
+        return digest
+
+    @classmethod
+    def from_json_known(cls, value: object, known: KnownEnvelopes) -> Envelope:
+        """:meth:`from_json`, but an envelope whose canonical bytes ``known`` recognises is the one it
+        returns, without checking its schema again.
+
+        The digest is taken over the value's canonical encoding, composed only once the value has the
+        envelope's three keys and its ``key_id`` and ``sig`` match their patterns (no quote or
+        backslash can hide in them), so equal digests mean equal JSON values, and schema validity is
+        a property of the value. Anything else is parsed by :meth:`from_json` exactly as before.
+        """
+        if (
+            type(value) is not dict
+            or value.keys() != ENVELOPE_KEYS
+            or type(value["key_id"]) is not str
+            or KEY_ID_PATTERN.fullmatch(value["key_id"]) is None
+            or not (value["sig"] is None or (type(value["sig"]) is str and SIGNATURE_PATTERN.fullmatch(value["sig"])))
+        ):
+            return cls.from_json(value)
+        try:
+            record_bytes = canonicalize_validated(value["record"])
+        except (ValueError, TypeError, RecursionError, UnicodeError):
+            return cls.from_json(value)
+        sig = value["sig"]
+        canonical = (
+            b'{"key_id":"' + value["key_id"].encode("ascii") + b'","record":' + record_bytes + b',"sig":'
+            + (b"null" if sig is None else b'"' + sig.encode("ascii") + b'"') + b"}"
+        )  # fmt: skip
+        digest = sha256_digest(canonical)
+        envelope = known(digest)
+        if envelope is not None:
+            return envelope
+        envelope = cls.from_json(value)
+        # The schema held, so those bytes are the record's canonical bytes (canonicalize_validated).
+        object.__setattr__(envelope, "_record_bytes", record_bytes)
+        object.__setattr__(envelope, "_digest", digest)
+        return envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,7 +579,9 @@ class Path:
     v: int = FORMAT_VERSION
 
     @classmethod
-    def from_json(cls, value: object) -> Path:
+    def from_json(cls, value: object, known: KnownEnvelopes | None = None) -> Path:
+        """Parse a path. With ``known`` (a verifier's prefix cache), envelopes it recognises by their
+        canonical digest are taken from it (:meth:`Envelope.from_json_known`): same result, less work."""
         if type(value) is dict and type(value.get("v")) is int and value["v"] != FORMAT_VERSION:
             raise UnsupportedVersionError(f"path version {value['v']} is not supported")
         obj = _object(value, PATH_KEYS, "path")
@@ -546,7 +592,7 @@ class Path:
         envelopes = []
         for index, item in enumerate(items):
             try:
-                envelopes.append(Envelope.from_json(item))
+                envelopes.append(Envelope.from_json(item) if known is None else Envelope.from_json_known(item, known))
             except MalformedError as exc:
                 raise type(exc)(f"envelope {index}: {exc}", index=index) from None
         return cls(tuple(envelopes))
@@ -564,7 +610,7 @@ class Path:
         return b'{"envelopes":[' + body + b'],"v":%d}' % self.v
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Path:
+    def from_bytes(cls, data: bytes, known: KnownEnvelopes | None = None) -> Path:
         """Parse a path from JSON bytes. Raises MalformedError (never anything else) on bad input.
 
         Input nested deeper than ``MAX_NESTING`` is ``MALFORMED`` at index null whatever else is wrong
@@ -573,7 +619,7 @@ class Path:
         and a valid path pays nothing for it.
         """
         try:
-            return cls.from_json(parse_json(data))
+            return cls.from_json(parse_json(data), known)
         except MalformedError:
             if nesting_exceeds(bytes(data)):
                 raise MalformedError(f"input is nested deeper than {MAX_NESTING} levels") from None

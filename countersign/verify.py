@@ -19,6 +19,7 @@ from countersign.errors import MalformedError
 from countersign.keys import PublicKey
 from countersign.merkle import MerkleAccumulator
 from countersign.policy import ConsumerPolicy
+from countersign.prefix_cache import PrefixCache, PrefixState
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, VerificationResult
 from countersign.records import MAX_DEPTH, Construction, Envelope, NodeRecord, Path, UnsupportedVersionError
 from countersign.registry import KeyProblem, Registry
@@ -33,6 +34,7 @@ class Mode(enum.StrEnum):
 
 
 MAX_CLOCK_SKEW_MS = 3_600_000
+MAX_SAFE_TIME = 2**53 - 1  # no record time exceeds it (the schema's integer range)
 SIGNED_CONSTRUCTIONS = frozenset({Construction.LINKED_LIST, Construction.MERKLE, Construction.SIGNED_DAG})
 
 
@@ -127,6 +129,7 @@ def verify_path(
     signatures: SignatureBatch = SERIAL,
     request_id: str = "",
     consumer_policy: ConsumerPolicy | None = None,
+    prefix_cache: PrefixCache | None = None,
 ) -> VerificationResult:
     """Verify ``path`` for the exact ``output`` bytes; in accept mode consume its leaf nonce.
 
@@ -136,10 +139,12 @@ def verify_path(
     and before the durable state is touched, so a path it refuses consumes no nonce and records no
     edge. Returns the verdict, with the path's :class:`Attribution` once its checks held. Raises
     :class:`countersign.errors.StateUnavailable` when the durable state cannot be reached
-    (retryable; never an accept).
+    (retryable; never an accept). With ``prefix_cache`` (:mod:`countersign.prefix_cache`) the walk
+    skips what the cache proves of a prefix verified before under the same registry and policy; the
+    verdict, its reason and its index are the same as without it.
     """
     edges: list[ChildEdge] = []
-    result = _walk(path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures)
+    result = _walk(path, registry, now_ms, policy, primary=True, edges=edges, signatures=signatures, cache=prefix_cache)
     if result is not None:
         return result
     leaf_index = len(path) - 1
@@ -220,15 +225,17 @@ def verify_path_bytes(
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
     consumer_policy: ConsumerPolicy | None = None,
+    request_id: str = "",
+    prefix_cache: PrefixCache | None = None,
 ) -> VerificationResult:
     """Parse, then :func:`verify_path`. Malformed input is a ``MALFORMED`` (or version) reject."""
     try:
-        path = Path.from_bytes(path_bytes)
+        path = Path.from_bytes(path_bytes, None if prefix_cache is None else prefix_cache.known_envelope)
     except MalformedError as exc:
         return malformed_result(exc)
     return verify_path(
         path, output, registry=registry, state=state, mode=mode, now_ms=now_ms, policy=policy, signatures=signatures,
-        consumer_policy=consumer_policy,
+        consumer_policy=consumer_policy, request_id=request_id, prefix_cache=prefix_cache,
     )  # fmt: skip
 
 
@@ -338,24 +345,78 @@ def _walk(
     primary: bool,
     edges: list[ChildEdge],
     signatures: SignatureBatch,
+    cache: PrefixCache | None = None,
 ) -> VerificationResult | None:
     """Run every check of the path walk; return the first violation in normative order, or None.
 
     Structural checks run as the walk goes; signature checks are collected and verified at the end,
     only those ordered before the first structural violation, so the verdict is exactly what a
     strictly sequential walk would return.
+
+    With ``cache``, the longest prefix of the path the cache holds is not walked again (only its
+    records' time windows are checked: if one fails, the whole path is walked as without a cache, so
+    the reason and index are the same), and a path that passes leaves its own prefix and itself in
+    the cache. A cached prefix's signatures all held, so leaving them out changes no verdict.
     """
     checks: list[SignatureCheck] = []
     failure: _Failure | None = None
+    plan: _CachePlan | None = None
+    if cache is not None and primary:
+        plan = _CachePlan.look_up(cache, path, registry, policy, now_ms)
     try:
-        _collect(path, registry, now_ms, policy, primary, edges, checks)
+        _collect(path, registry, now_ms, policy, primary, edges, checks, plan)
     except _Failure as found:
         failure = found
         checks = [check for check in checks if check.order < found.order]
     bad = signatures.first_failure(checks)
     if bad is not None:
         return VerificationResult.reject(bad.reason, bad.order[0], bad.detail)
-    return None if failure is None else failure.result
+    if failure is not None:
+        return failure.result
+    if plan is not None:
+        plan.store()
+    return None
+
+
+@dataclass(slots=True)
+class _CachePlan:
+    """One walk's use of the prefix cache: the envelopes' digests, the prefix to resume from, and the
+    prefix states to store once the whole walk (signatures included) has passed."""
+
+    cache: PrefixCache
+    path: Path
+    epoch: tuple[object, ...]
+    digests: tuple[str, ...]
+    resume: PrefixState | None
+    store_lengths: tuple[int, ...]
+    snapshots: dict[int, PrefixState] = field(default_factory=dict)
+
+    @classmethod
+    def look_up(
+        cls, cache: PrefixCache, path: Path, registry: Registry, policy: VerifierPolicy, now_ms: int
+    ) -> _CachePlan:
+        epoch = cache.epoch(registry, policy)
+        digests = tuple(envelope.digest() for envelope in path.envelopes)
+        resume: PrefixState | None = None
+        for length in range(len(digests), 0, -1):
+            state = cache.get((epoch, digests[:length]))
+            if state is not None:
+                skew = policy.clock_skew_ms
+                in_window = state.latest_created_ms <= now_ms + skew and state.earliest_expires_ms + skew > now_ms
+                resume = state if in_window else None
+                break
+        total = len(digests)
+        # Store the path and its prefix (a sibling shares the prefix; the same path may come again),
+        # unless the cache already proved them.
+        known = 0 if resume is None else resume.length
+        lengths = tuple(length for length in (total - 1, total) if length > known)
+        return cls(cache, path, epoch, digests, resume, lengths)
+
+    def store(self) -> None:
+        for length, state in self.snapshots.items():
+            self.cache.put((self.epoch, self.digests[:length]), state)
+        if self.snapshots:
+            self.cache.remember_envelopes(self.path.envelopes)
 
 
 def _collect(
@@ -366,6 +427,7 @@ def _collect(
     primary: bool,
     edges: list[ChildEdge],
     checks: list[SignatureCheck],
+    plan: _CachePlan | None = None,
 ) -> None:
     envelopes = path.envelopes
     root = envelopes[0].record
@@ -383,7 +445,26 @@ def _collect(
     parent: Envelope | None = None
     parent_digest = ""
     last = len(envelopes) - 1
-    for index, envelope in enumerate(envelopes):
+    start = 0
+    digests: tuple[str, ...] | None = None
+    store_lengths: tuple[int, ...] = ()
+    latest_created, earliest_expires = 0, MAX_SAFE_TIME
+    if plan is not None:
+        digests, store_lengths = plan.digests, plan.store_lengths
+        resume = plan.resume
+        if resume is not None:
+            start = resume.length
+            parent = envelopes[start - 1]
+            parent_digest = resume.parent_digest
+            if merkle is not None:
+                assert resume.merkle_subtrees is not None
+                merkle = MerkleAccumulator.resumed(resume.merkle_subtrees)
+            nonces = set(resume.nonces)
+            depth_limit = resume.depth_limit
+            edges.extend(resume.edges)
+            latest_created, earliest_expires = resume.latest_created_ms, resume.earliest_expires_ms
+    for index in range(start, last + 1):
+        envelope = envelopes[index]
         record = envelope.record
         if record.construction is not construction:
             raise _Failure(index, _STEP_CONSTRUCTION, Reason.MALFORMED, "records of one path share a construction")
@@ -450,7 +531,24 @@ def _collect(
             raise _Failure(index, _STEP_NONCE, Reason.DUPLICATE_NONCE, "nonce repeats inside the path")
         nonces.add(record.nonce)
 
-        if index < last:
+        if digests is not None:  # the cache's walk: every digest is known, and prefixes are remembered
+            parent_digest = digests[index]
+            if merkle is not None:
+                merkle.append(envelope.canonical_bytes(record_bytes))
+            latest_created = max(latest_created, record.created_ms)
+            earliest_expires = min(earliest_expires, record.expires_ms)
+            if index + 1 in store_lengths and plan is not None:
+                plan.snapshots[index + 1] = PrefixState(
+                    index + 1,
+                    parent_digest,
+                    None if merkle is None else merkle.snapshot(),
+                    frozenset(nonces),
+                    depth_limit,
+                    tuple(edges),
+                    latest_created,
+                    earliest_expires,
+                )
+        elif index < last:
             canonical = envelope.canonical_bytes(record_bytes)
             parent_digest = sha256_digest(canonical)
             if merkle is not None:

@@ -59,6 +59,10 @@ CASES = {
         {"signature_threads": 0, "tls": LOOPBACK_PLAINTEXT},
         "signature_threads must be between 1 and 16",
     ),
+    "prefix-cache": (
+        {"prefix_cache_entries": -1, "tls": LOOPBACK_PLAINTEXT},
+        "prefix_cache_entries must be between 0 and 1000000",
+    ),
 }
 SIGNER_CASES = {
     "no-peer-lanes": ({"lanes_per_peer": 0, "tls": LOOPBACK_PLAINTEXT}, "lanes_per_peer must be between 1 and 64"),

@@ -1,0 +1,124 @@
+"""The verified-prefix cache (ADR 0028): a verifier that already verified a path's prefix checks only
+what is new below it.
+
+An entry says "the records with these envelope digests, in this order, passed every check of the
+path walk that does not depend on the time, under this registry and this verifier policy", and holds
+what the walk knew after them (the parent digest, the Merkle state, the nonces seen, the depth limit,
+the fan-out edges). It is keyed by the content digests of the prefix's envelopes together with the
+registry's own content digest, its sequence and the policy, so a revocation or any other registry
+change can never reuse an entry: the cache is emptied when it sees another registry, and it is never
+shared between registries. The time windows of the cached records, the output binding and the
+durable state (replay and fan-out) are still checked on every verification.
+
+It also remembers the envelopes of the paths it stored, by the digest of their canonical bytes, so
+parsing a path skips the schema checks of envelopes already seen (:meth:`Envelope.from_json_known`:
+equal digests are equal JSON values; everything else is parsed in full).
+
+Bounded: at most ``max_entries`` prefixes and ``4 × max_entries`` envelopes, least recently used
+first out. Pure data, no I/O; safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from countersign.canonical import canonicalize_validated, sha256_digest
+from countersign.records import Envelope
+from countersign.registry import Registry
+from countersign.state import ChildEdge
+
+DEFAULT_MAX_ENTRIES = 4_096
+MAX_ENTRIES_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixState:
+    """What the walk knows once the first ``length`` records have passed their checks."""
+
+    length: int
+    parent_digest: str
+    """The digest of the prefix's last envelope (what its child's ``parent`` names under the chains)."""
+    merkle_subtrees: tuple[tuple[int, bytes], ...] | None
+    nonces: frozenset[str]
+    depth_limit: int
+    edges: tuple[ChildEdge, ...]
+    latest_created_ms: int
+    earliest_expires_ms: int
+
+
+def registry_digest(registry: Registry) -> str:
+    """The registry's content digest: its identity, whatever object or process holds it."""
+    return sha256_digest(canonicalize_validated(registry.to_json()))
+
+
+class PrefixCache:
+    """A bounded LRU of verified prefixes for one verifier (see the module docstring)."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if not 1 <= max_entries <= MAX_ENTRIES_LIMIT:
+            raise ValueError(f"max_entries must be between 1 and {MAX_ENTRIES_LIMIT}")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[Hashable, PrefixState] = OrderedDict()
+        self._envelopes: OrderedDict[str, Envelope] = OrderedDict()
+        self._lock = threading.Lock()
+        self._registry: Registry | None = None  # held, so its identity cannot be reused by another object
+        self._registry_digest = ""
+        self.hits = 0
+        self.misses = 0
+
+    def epoch(self, registry: Registry, policy: Hashable) -> tuple[str, int, Hashable]:
+        """The part of every key that names the registry and the policy. Seeing a registry with other
+        contents empties the cache (entries under the old one could never match again anyway)."""
+        with self._lock:
+            if registry is not self._registry:
+                digest = registry_digest(registry)
+                if digest != self._registry_digest:
+                    self._entries.clear()
+                    self._envelopes.clear()
+                    self._registry_digest = digest
+                self._registry = registry
+            return (self._registry_digest, registry.sequence, policy)
+
+    def get(self, key: Hashable) -> PrefixState | None:
+        with self._lock:
+            state = self._entries.get(key)
+            if state is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return state
+
+    def put(self, key: Hashable, state: PrefixState) -> None:
+        with self._lock:
+            self._entries[key] = state
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def known_envelope(self, digest: str) -> Envelope | None:
+        """The envelope stored under ``digest`` (the digest of its canonical bytes), if any."""
+        with self._lock:
+            envelope = self._envelopes.get(digest)
+            if envelope is not None:
+                self._envelopes.move_to_end(digest)
+            return envelope
+
+    def remember_envelopes(self, envelopes: tuple[Envelope, ...]) -> None:
+        with self._lock:
+            for envelope in envelopes:
+                self._envelopes[envelope.digest()] = envelope
+                self._envelopes.move_to_end(envelope.digest())
+            while len(self._envelopes) > 4 * self.max_entries:
+                self._envelopes.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._envelopes.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
