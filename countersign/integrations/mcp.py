@@ -49,6 +49,7 @@ middleware is built or a result is read as a model (:func:`require_mcp`).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -100,10 +101,13 @@ _log = logging.getLogger(__name__)
 def require_mcp() -> Any:
     """The ``mcp_types`` module; ImportError naming the extra when the MCP SDK is not installed."""
     try:
-        import mcp.shared.exceptions
         import mcp_types
+
+        importlib.import_module("mcp.shared.exceptions")  # the SDK itself, not only its types package
     except ImportError as exc:
-        raise ImportError(f"countersign.integrations.mcp needs the MCP SDK: pip install 'countersign[{EXTRA}]'") from exc
+        raise ImportError(
+            f"countersign.integrations.mcp needs the MCP SDK: pip install 'countersign[{EXTRA}]'"
+        ) from exc
     return mcp_types
 
 
@@ -269,14 +273,17 @@ class SessionSigner:
                 try:
                     runtime = self.runtime.get()
                 except ConfigError as exc:  # no code of its own: the server is misconfigured, not the client
-                    raise ServiceError(ErrorCode.INTERNAL, f"the tool server's signing is not configured: {exc}") from None
+                    raise ServiceError(
+                        ErrorCode.INTERNAL, f"the tool server's signing is not configured: {exc}"
+                    ) from None
                 if handoff is not None:
                     self.agent = await runtime.accept(handoff, self.instance)
                 else:
                     self.agent = await runtime.root(self.instance, self.system)
             elif handoff is not None and handoff != self._accepted:
                 raise ServiceError(
-                    ErrorCode.INVALID_ARGUMENT, "this session already has its agent record: a delegation opens a session"
+                    ErrorCode.INVALID_ARGUMENT,
+                    "this session already has its agent record: a delegation opens a session",
                 )
             if handoff is not None:
                 self._accepted = handoff
@@ -461,7 +468,7 @@ def session_evidence(results: Sequence[object]) -> tuple[SessionEvidence, list[b
         raise MalformedError("a session has at least one tool result")
     paths = [evidence_of(result) for result in results]
     first = paths[0]
-    if len(first.envelopes) < 2:  # noqa: PLR2004 - an agent record and its receipt at least
+    if len(first.envelopes) < 2:  # an agent record and its receipt at least
         raise MalformedError("the evidence path has no agent record above its receipt")
     agent = Path(first.envelopes[:-1])
     outputs: list[bytes | None] = [result_bytes(result) for result in results]
@@ -548,7 +555,9 @@ class StdioProxy:
         finally:
             child_stdin.close()  # the child sees the end of its input and exits
 
-    async def _relay_client(self, reader: asyncio.StreamReader, child_stdin: asyncio.StreamWriter, reply: Write) -> None:
+    async def _relay_client(
+        self, reader: asyncio.StreamReader, child_stdin: asyncio.StreamWriter, reply: Write
+    ) -> None:
         while line := await reader.readline():
             message = _json_object(line)
             if message is not None and message.get("method") == "tools/call" and "id" in message:
@@ -627,7 +636,8 @@ async def run_stdio_proxy(
     child = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE_BYTES
     )
-    assert child.stdin is not None and child.stdout is not None
+    assert child.stdin is not None
+    assert child.stdout is not None
     upstream = asyncio.create_task(proxy.from_client(reader, child.stdin, reply))
     try:
         await proxy.from_child(child.stdout, reply)  # until the child closes its stdout (it exits)

@@ -10,23 +10,33 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("tiny-tools")
+RAN: list[str] = []  # the tools that ran in this process, so a test can see a refused call ran nothing
+
+
+@server.tool()
+def ran() -> list[str]:
+    """The tools that ran before this call."""
+    return list(RAN)
 
 
 @server.tool()
 def echo(text: str) -> str:
     """Say ``text`` back."""
+    RAN.append("echo")
     return text
 
 
 @server.tool()
 def add(a: int, b: int) -> dict[str, int]:
     """Add two integers (a structured result)."""
+    RAN.append("add")
     return {"sum": a + b}
 
 
 @server.tool()
 def fail(why: str) -> str:
     """Fail as a tool does: an isError result, which is signed like any other."""
+    RAN.append("fail")
     raise ToolError(why)
 
 

@@ -105,7 +105,7 @@ def test_every_tool_result_of_a_stdio_session_is_signed_in_order(runtime_mesh: L
     async def calls() -> list[CallToolResult]:
         async with over_stdio(wrap(server_env(runtime_mesh, "deployer-b"))) as session:
             tools = await session.list_tools()  # everything else passes through untouched
-            assert {tool.name for tool in tools.tools} == {"echo", "add", "fail"}
+            assert {tool.name for tool in tools.tools} == {"echo", "add", "fail", "ran"}
             return await three_calls(session)
 
     results = run(calls())
@@ -185,6 +185,9 @@ def refused(params: StdioServerParameters, meta: dict[str, Any] | None = None) -
         async with over_stdio(params) as session:
             with pytest.raises(MCPError) as raised:
                 await session.call_tool("echo", {"text": "hello"}, meta=meta)
+            if meta is not None:  # the session is still usable, and the refused call never ran the tool
+                ran = await session.call_tool("ran", {})
+                assert ran.structured_content == {"result": []}
             return raised.value
 
     error: MCPError = run(call())
@@ -272,7 +275,7 @@ def http_tool_server(runtime_mesh: LocalMesh) -> Iterator[str]:
         child.wait(10)
 
 
-def test_tool_results_over_streamable_http_are_signed_per_session(runtime_mesh: LocalMesh, http_tool_server: str) -> None:
+def test_streamable_http_tool_results_are_signed_per_session(runtime_mesh: LocalMesh, http_tool_server: str) -> None:
     async def session_calls() -> list[CallToolResult]:
         async with streamable_http_client(http_tool_server) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
