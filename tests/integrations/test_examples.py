@@ -1,5 +1,5 @@
-"""examples/langgraph_*.py run as a user runs them: each starts its own local mesh (real daemons,
-loopback, mTLS), runs its graph, verifies every output and exits 0."""
+"""examples/langgraph_*.py and examples/mcp_*.py run as a user runs them: each starts its own local mesh (real daemons,
+loopback, mTLS), runs its graph (or its MCP tool calls), verifies every output and exits 0."""
 
 from __future__ import annotations
 
@@ -44,3 +44,15 @@ def test_the_async_graph_started_by_a_handoff() -> None:
         "verified researcher: ACCEPT emitted by deployer-b",
         "verified writer: ACCEPT emitted by deployer-c",
     ]
+
+
+def test_the_mcp_client_and_server() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("mcp_*.py")) == ["mcp_client.py", "mcp_server.py"]
+    lines = run("mcp_client.py")
+    for label in ("middleware", "mcp-proxy"):
+        assert [line for line in lines if line.startswith(f"{label}:")] == [
+            f"{label}: ACCEPT emitted by deployer-b seq {seq}" for seq in range(3)
+        ]
+        assert f"{label} session: ACCEPT" in lines
+    assert "dropped result: SESSION_GAP" in lines
+    assert "tampered result: OUTPUT_MISMATCH" in lines
