@@ -13,6 +13,7 @@ Needs ``pip install 'countersign[mcp]'``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 
-from countersign.integrations.mcp import check_session, verify_result
+from countersign.integrations.mcp import EVIDENCE_KEY, check_session, verify_result
 from countersign.keys import PublicKey
 from countersign.registry import KeyEntry, Registry
 from countersign_cli.localmesh import LocalMesh
@@ -73,6 +74,8 @@ def main(mesh: LocalMesh) -> int:
     ok = check("middleware", asyncio.run(call_tools(signed)), registry)
     results = asyncio.run(call_tools(proxied))
     ok = check("mcp-proxy", results, registry) and ok
+    evidence = json.dumps((results[0].meta or {})[EVIDENCE_KEY], separators=(",", ":")).encode()
+    print(f"evidence: {len(evidence)} bytes per result (the path: the session's root record and the receipt)")
     print("dropped result:", check_session([results[0], results[2]], registry=registry).result.reason)
     first = results[0]
     forged = first.model_copy(update={"content": [first.content[0].model_copy(update={"text": "Brest: snow"})]})

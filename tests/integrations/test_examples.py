@@ -54,5 +54,6 @@ def test_the_mcp_client_and_server() -> None:
             f"{label}: ACCEPT emitted by deployer-b seq {seq}" for seq in range(3)
         ]
         assert f"{label} session: ACCEPT" in lines
+    assert any(line.startswith("evidence: ") and line.split()[1].isdigit() for line in lines)
     assert "dropped result: SESSION_GAP" in lines
     assert "tampered result: OUTPUT_MISMATCH" in lines

@@ -135,3 +135,19 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
         binding.require_mcp()
     with pytest.raises(ImportError, match=r"countersign\[mcp\]"):
         binding.SigningMiddleware(system="s")
+
+
+def test_sessions_past_the_bound_are_refused_not_evicted() -> None:
+    class Connection:  # stands for the SDK's per-connection object: only its identity matters here
+        pass
+
+    middleware = binding.SigningMiddleware(system="s", max_sessions=2)
+    first, second, third = Connection(), Connection(), Connection()
+    kept = middleware.session_of(first)
+    middleware.session_of(second)
+    with pytest.raises(ServiceError) as full:
+        middleware.session_of(third)
+    assert full.value.code == ErrorCode.RESOURCE_EXHAUSTED
+    assert middleware.session_of(first) is kept  # a live session keeps its agent and numbering
+    del second  # a closed connection frees its place
+    assert middleware.session_of(third) is not kept
