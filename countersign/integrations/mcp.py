@@ -7,6 +7,8 @@ deployer's :class:`countersign.client.AsyncRuntime`::
     runtime = AsyncRuntime.from_env()                      # COUNTERSIGN_SIGNER, _DEPLOYER, _CLIENT_*
     server = MCPServer("weather", middleware=[SigningMiddleware(runtime, system="weather-tools")])
     # or: sign_server(server, runtime, system="weather-tools")  -> the middleware it appended
+    # runtime None (the default): AsyncRuntime.from_env(), made inside the server's event loop on the
+    # first tool call. Any transport: server.run("stdio"), server.streamable_http_app() / "streamable-http".
 
 Every ``tools/call`` result (``isError`` ones included) is signed as a ``per_tool_call`` receipt
 before it leaves the server: the signed bytes are :func:`result_bytes` of the result exactly as sent
@@ -20,7 +22,7 @@ evidence, the receipt path (agent path + receipt), goes in the result's ``_meta`
 :data:`EVIDENCE_KEY` as ``{"v": 1, "path": <path JSON>}``.
 
 A refusal fails closed: no unsigned result leaves. The client gets a JSON-RPC error with code
-:data:`REFUSAL_CODE` and ``data`` ``{"countersign.dev/error": "<ErrorCode>"}`` (a signer that refuses
+:data:`REFUSAL_CODE` and ``data`` ``{"countersign.dev/error": "<ErrorCode>", "retryable": bool}`` (a signer that refuses
 or cannot be reached, a delegation for another deployer, expired, or refused by the parent's signer).
 
 Client side, over results as ``ClientSession.call_tool`` returns them (``CallToolResult``) or as
@@ -33,7 +35,7 @@ raw JSON objects:
     refusal(mcp_error)                                           # the ServiceError a refusal carried, else None
 
 :func:`evidence_of` extracts the path (raises :class:`EvidenceMissing`, a ServiceError with
-``INVALID_ARGUMENT``, when there is none or it does not parse). A rejected result is a verdict, not an
+``INVALID_ARGUMENT``, when there is none; MalformedError when it does not parse). A rejected result is a verdict, not an
 error (``verdict.reason``: ``OUTPUT_MISMATCH`` for a tampered result).
 
 Wrapping an existing server unchanged: ``countersign mcp-proxy -- COMMAND ARGS...`` runs
@@ -43,7 +45,8 @@ client) and passes everything else through byte for byte. Configured by the runt
 variables (:meth:`countersign.client.AsyncRuntime.from_env`) plus ``COUNTERSIGN_MCP_SYSTEM``.
 
 Needs the ``mcp`` extra (``pip install 'countersign[mcp]'``); ``mcp`` is imported only when a
-middleware is built or a result is read as a model (:func:`require_mcp`).
+middleware is built or a refusal raised (:func:`require_mcp`); the client-side checks and the proxy
+read JSON and duck-typed models and need only the client package.
 """
 
 from __future__ import annotations
