@@ -260,7 +260,7 @@ def http_tool_server(runtime_mesh: LocalMesh) -> Iterator[str]:
         env=server_env(runtime_mesh, "deployer-c"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # importing the SDK and uvicorn is slow on a loaded machine
         while True:
             try:
                 httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
