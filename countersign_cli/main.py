@@ -37,6 +37,8 @@ EXTRA_OF_PACKAGE = {
     "psycopg_pool": "postgres",
     "boto3": "aws",
     "botocore": "aws",
+    "mcp": "mcp",
+    "mcp_types": "mcp",
 }
 DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
 
@@ -51,7 +53,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from countersign_cli import audit, demo, impact, offline, services
+    from countersign_cli import audit, demo, impact, mcp_proxy, offline, services
 
     parser = argparse.ArgumentParser(
         prog="countersign",
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     services.register(commands)
     audit.register(commands)
     impact.register(commands)
+    mcp_proxy.register(commands)
     return parser
 
 

@@ -1,5 +1,5 @@
-"""examples/langgraph_*.py run as a user runs them: each starts its own local mesh (real daemons,
-loopback, mTLS), runs its graph, verifies every output and exits 0."""
+"""examples/langgraph_*.py and examples/mcp_*.py run as a user runs them: each starts its own local mesh (real daemons,
+loopback, mTLS), runs its graph (or its MCP tool calls), verifies every output and exits 0."""
 
 from __future__ import annotations
 
@@ -58,3 +58,16 @@ def test_the_a2a_delegation() -> None:
     assert "lineage: deployer-a -> deployer-b -> deployer-b" in lines
     assert "tampered artifact: OUTPUT_MISMATCH" in lines
     assert "delegation for deployer-c: TASK_STATE_FAILED GRANT_WRONG_CHILD" in lines
+
+
+def test_the_mcp_client_and_server() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("mcp_*.py")) == ["mcp_client.py", "mcp_server.py"]
+    lines = run("mcp_client.py")
+    for label in ("middleware", "mcp-proxy"):
+        assert [line for line in lines if line.startswith(f"{label}:")] == [
+            f"{label}: ACCEPT emitted by deployer-b seq {seq}" for seq in range(3)
+        ]
+        assert f"{label} session: ACCEPT" in lines
+    assert any(line.startswith("evidence: ") and line.split()[1].isdigit() for line in lines)
+    assert "dropped result: SESSION_GAP" in lines
+    assert "tampered result: OUTPUT_MISMATCH" in lines

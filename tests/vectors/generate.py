@@ -609,6 +609,7 @@ def generate(out: FilePath) -> None:
     session_vectors(m, out / "sessions")
     write(out / "handoff.json", handoff_vector(m))
     write(out / "compact-path.json", compact_vector(m))
+    write(out / "mcp.json", mcp_vector())
 
 
 def compact_vector(m: SampleMesh) -> dict[str, Any]:
@@ -642,6 +643,61 @@ def compact_vector(m: SampleMesh) -> dict[str, Any]:
             {"compact": wrap(deflate(pretty)), "why": "inflates to path JSON that is not canonical"},
             {"compact": wrap(deflate(b" " * (64 * 1024 + 1))), "why": "inflates past 65,536 bytes"},
             {"compact": wrap(b"\xff\xff\xff"), "why": "not a DEFLATE stream"},
+        ],
+    }
+
+def mcp_vector() -> dict[str, Any]:
+    """MCP tool results (spec section 20) and the exact bytes their per_tool_call receipts hash."""
+    from countersign.integrations.mcp import result_bytes  # the MCP SDK is not needed for JSON results
+
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("text", "one text block, isError absent (false)", {"content": [{"type": "text", "text": "Sunny, 22 °C"}]}),
+        (
+            "structured",
+            "structured content beside its text; resultType and _meta are not signed",
+            {
+                "content": [{"type": "text", "text": '{"sum": 5}'}],
+                "structuredContent": {"sum": 5, "parts": [2, 3]},
+                "isError": False,
+                "resultType": "complete",
+                "_meta": {"example.com/trace": "abc"},
+            },
+        ),
+        (
+            "error-with-nulls",
+            "a tool error; null members of content blocks are omitted, as if absent",
+            {
+                "content": [
+                    {"type": "text", "text": "no such city", "annotations": None, "_meta": {"k": None, "j": 1}}
+                ],
+                "isError": True,
+                "structuredContent": None,
+            },
+        ),
+        (
+            "mixed",
+            "image and embedded resource blocks, member order irrelevant",
+            {
+                "isError": False,
+                "content": [
+                    {"mimeType": "image/png", "data": "iVBORw0KGgo=", "type": "image"},
+                    {"type": "resource", "resource": {"uri": "file:///r.txt", "text": "r", "mimeType": "text/plain"}},
+                ],
+            },
+        ),
+    ]
+    return {
+        "description": "docs/spec.md section 20: the bytes a tool result's per_tool_call receipt hashes "
+        "(RFC 8785 JSON of content, isError and structuredContent), and their SHA-256.",
+        "vectors": [
+            {
+                "name": name,
+                "description": description,
+                "result": result,
+                "signed_bytes": result_bytes(result).decode("utf-8"),
+                "sha256": sha256_digest(result_bytes(result)),
+            }
+            for name, description, result in cases
         ],
     }
 
