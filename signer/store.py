@@ -55,7 +55,7 @@ SCHEMA = (
 
 # The tables the collector reports on (rows held, rows collected), in the order it collects them.
 COLLECTED_TABLES = ("issued", "children", "child_counts", "agent_sessions", "grants", "proposals")
-DEFAULT_COLLECT_BATCH = 10_000
+DEFAULT_COLLECT_BATCH = 1_000  # records per transaction: the store lock is held for one batch at a time
 
 # Tables an earlier release made WITHOUT ROWID, rebuilt as rowid tables on open: their columns, and
 # the indexes that go with the old table and are made again by SCHEMA.
@@ -158,8 +158,9 @@ class SignerStore:
 
     def collect_expired(self, cutoff_ms: int, limit: int = DEFAULT_COLLECT_BATCH) -> dict[str, int]:
         """Forget what can no longer matter: rows tied to a record or grant that expired before
-        ``cutoff_ms`` (the caller passes now minus its clock-skew margin). At most ``limit`` rows of
-        each table in one short transaction; returns how many rows of each table went.
+        ``cutoff_ms`` (the caller passes now minus its clock-skew margin). At most ``limit`` expired
+        records (with what hangs off them), grants and proposals in one short transaction; returns
+        how many rows of each table went.
 
         The rules (ADR 0026), each keeping what replay safety needs:
 
@@ -167,9 +168,9 @@ class SignerStore:
           refuses a child of an expired parent), so its stored path is dead weight. Once it is gone
           the record is unknown here and every call naming it is refused ``PARENT_UNKNOWN``: fail closed.
         * ``children`` / ``child_counts``: a parent's child set only bounds its fan-out, which needs
-          the parent to be usable; they go once the parent's ``issued`` row went.
-        * ``agent_sessions``: a session's seq and closed flag go only once its agent record's ``issued``
-          row went. Every receipt of the session expires no later than the agent record, so none can
+          the parent to be usable; they go with the parent's ``issued`` row.
+        * ``agent_sessions``: a session's seq and closed flag go only with its agent record's ``issued``
+          row. Every receipt of the session expires no later than the agent record, so none can
           still verify, and the signer can no longer issue a receipt under that agent at all (it is
           unknown, and expired): a forgotten seq cannot be reused, a forgotten close cannot reopen.
         * ``grants``: a grant past its expiry can no longer be spent; a spent one answered its edge's
@@ -182,28 +183,16 @@ class SignerStore:
         removed: dict[str, int] = {}
 
         def work(db: sqlite3.Connection) -> None:
-            removed["issued"] = db.execute(
-                "DELETE FROM issued WHERE rowid IN (SELECT rowid FROM issued WHERE expires_ms < ? LIMIT ?)",
-                (cutoff_ms, limit),
-            ).rowcount
-            removed["children"] = db.execute(
-                "DELETE FROM children WHERE (parent, child_nonce) IN (SELECT parent, child_nonce FROM children"
-                " WHERE NOT EXISTS (SELECT 1 FROM issued WHERE digest = children.parent) LIMIT ?)",
-                (limit,),
-            ).rowcount
-            # A count goes with the last of its parent's children (a count without children is a
-            # parent whose children were collected in an earlier batch).
-            removed["child_counts"] = db.execute(
-                "DELETE FROM child_counts WHERE parent IN (SELECT parent FROM child_counts"
-                " WHERE NOT EXISTS (SELECT 1 FROM issued WHERE digest = child_counts.parent)"
-                " AND NOT EXISTS (SELECT 1 FROM children WHERE children.parent = child_counts.parent) LIMIT ?)",
-                (limit,),
-            ).rowcount
-            removed["agent_sessions"] = db.execute(
-                "DELETE FROM agent_sessions WHERE (agent, session) IN (SELECT agent, session FROM agent_sessions"
-                " WHERE NOT EXISTS (SELECT 1 FROM issued WHERE digest = agent_sessions.agent) LIMIT ?)",
-                (limit,),
-            ).rowcount
+            # Everything keyed by a record goes with the record, found by the expiry index: a round
+            # costs what it forgets, not what the store holds.
+            expired = [
+                (str(row[0]),)
+                for row in db.execute("SELECT digest FROM issued WHERE expires_ms < ? LIMIT ?", (cutoff_ms, limit))
+            ]
+            removed["children"] = db.executemany("DELETE FROM children WHERE parent = ?", expired).rowcount
+            removed["child_counts"] = db.executemany("DELETE FROM child_counts WHERE parent = ?", expired).rowcount
+            removed["agent_sessions"] = db.executemany("DELETE FROM agent_sessions WHERE agent = ?", expired).rowcount
+            removed["issued"] = db.executemany("DELETE FROM issued WHERE digest = ?", expired).rowcount
             removed["grants"] = db.execute(
                 "DELETE FROM grants WHERE grant_id IN (SELECT grant_id FROM grants WHERE expires_ms < ? LIMIT ?)",
                 (cutoff_ms, limit),

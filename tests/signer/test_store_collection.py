@@ -127,19 +127,28 @@ def test_a_row_goes_only_once_its_expiry_is_before_the_cutoff(tmp_path: Path, of
     store.close()
 
 
-def test_a_child_count_goes_only_with_the_last_child_of_its_parent(tmp_path: Path) -> None:
+def test_a_batch_is_bounded_by_records_and_takes_what_hangs_off_them(tmp_path: Path) -> None:
+    """``limit`` counts expired records; each goes with its whole child set, its count and its
+    sessions in the same transaction, so no parent is ever left half collected."""
     store = SignerStore(f"sqlite:///{tmp_path / 'signer.db'}")
-    agent = digest("many children")
+    parents = [digest(f"parent {n}") for n in range(5)]
 
     def made(tx: Transaction) -> None:
-        tx.record_issued(agent, b"p", 100)
-        for n in range(5):
-            tx.add_child(agent, f"c{n}")
+        for n, parent in enumerate(parents):
+            tx.record_issued(parent, b"p", 100 + n)
+            for c in range(4):
+                tx.add_child(parent, f"c{n}-{c}")
+            tx.store_session(SessionState("s", parent, 1, digest(f"r{n}")))
 
     store.transaction(made)
     first = store.collect_expired(1_000, limit=3)
-    assert (first["children"], first["child_counts"]) == (3, 0)
+    assert first == {"issued": 3, "children": 12, "child_counts": 3, "agent_sessions": 3, "grants": 0, "proposals": 0}
+    held = store.row_counts()
+    assert (held["issued"], held["children"], held["child_counts"], held["agent_sessions"]) == (2, 8, 2, 2)
+    for parent in parents:  # every parent is wholly there or wholly gone
+        there = store.issued_path(parent) is not None
+        assert store.transaction(lambda tx, p=parent: tx.child_count(p)) == (4 if there else 0)
     second = store.collect_expired(1_000, limit=3)
-    assert (second["children"], second["child_counts"]) == (2, 1)
-    assert store.row_counts()["child_counts"] == 0
+    assert (second["issued"], second["children"]) == (2, 8)
+    assert sum(store.row_counts().values()) == 0
     store.close()
