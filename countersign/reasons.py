@@ -169,20 +169,27 @@ class Attribution:
 
 @dataclass(frozen=True, slots=True)
 class VerificationResult:
-    """Outcome of verifying a path. Truthy exactly when the path was accepted."""
+    """Outcome of verifying a path. Truthy exactly when the path was accepted.
+
+    ``retry_of_ms`` is set on an ``ACCEPT`` that answers a retry (the same ``request_id`` from the
+    same client) of an acceptance recorded earlier, to that acceptance's time (0: the store kept no
+    time); the retry consumed nothing. None on a first acceptance and on every reject."""
 
     verdict: Verdict
     reason: Reason | None = None
     index: int | None = None
     detail: str = ""
     attribution: Attribution | None = None
+    retry_of_ms: int | None = None
 
     def __bool__(self) -> bool:
         return self.verdict is Verdict.ACCEPT
 
     @classmethod
-    def accept(cls, attribution: Attribution | None = None) -> VerificationResult:
-        return _ACCEPTED if attribution is None else cls(Verdict.ACCEPT, attribution=attribution)
+    def accept(cls, attribution: Attribution | None = None, *, retry_of_ms: int | None = None) -> VerificationResult:
+        if attribution is None and retry_of_ms is None:
+            return _ACCEPTED
+        return cls(Verdict.ACCEPT, attribution=attribution, retry_of_ms=retry_of_ms)
 
     @classmethod
     def reject(

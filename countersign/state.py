@@ -53,6 +53,16 @@ class LeafNonce:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlierAcceptance:
+    """The leaf nonce was already consumed under the same non-empty ``request_id``: this admit is a
+    retry of that acceptance, made at ``accepted_ms`` (the ``now_ms`` of the admit that consumed it;
+    0 when the store holds no time, for an entry consumed before stores kept one), and consumed
+    nothing. Of concurrent admits of one nonce under one key exactly one returns None."""
+
+    accepted_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class StateRejection:
     reason: Reason
     index: int
@@ -69,14 +79,15 @@ class VerifierState(Protocol):
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         """Check (``consume=False``: audit) or check and record (``consume=True``) a verified path.
 
         Each edge's child joins its parent's child set unless the set already holds ``max_children``
         other children (``FANOUT_EXCEEDED`` at ``edge.index``); a child already in the set always
         passes. With ``consume=True`` the leaf nonce is then consumed, or ``NONCE_REPLAYED`` returned
         if it already was (unless it was consumed under the same non-empty ``leaf.request_id``: then
-        it succeeds again). Audit mode records nothing and does not look at consumed nonces.
+        :class:`EarlierAcceptance` with the time of that consumption). Audit mode records nothing
+        and does not look at consumed nonces.
         """
         ...
 
@@ -216,13 +227,13 @@ class InMemoryState:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._nonces: dict[str, tuple[int, str]] = {}
+        self._nonces: dict[str, tuple[int, str, int]] = {}  # nonce -> (retain until, request id, accepted)
         self._children: dict[str, dict[str, int]] = {}
         self._verdicts: dict[str, VerdictEntry] = {}
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         with self._lock:
             for edge in edges:
                 children = self._children.get(edge.parent_digest, {})
@@ -235,14 +246,14 @@ class InMemoryState:
             consumed = self._nonces.get(leaf.nonce)
             if consumed is not None:
                 if leaf.request_id and consumed[1] == leaf.request_id:
-                    return None
+                    return EarlierAcceptance(consumed[2])
                 return StateRejection(Reason.NONCE_REPLAYED, leaf.index)
-            self._nonces[leaf.nonce] = (leaf.retain_until_ms, leaf.request_id)
+            self._nonces[leaf.nonce] = (leaf.retain_until_ms, leaf.request_id, now_ms)
             return None
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:
-            expired = [n for n, (until, _) in self._nonces.items() if until < now_ms][:limit]
+            expired = [n for n, (until, _, _) in self._nonces.items() if until < now_ms][:limit]
             for nonce in expired:
                 del self._nonces[nonce]
             removed = len(expired)

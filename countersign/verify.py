@@ -23,7 +23,7 @@ from countersign.prefix_cache import PrefixCache, PrefixState
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, VerificationResult
 from countersign.records import MAX_DEPTH, Construction, Envelope, NodeRecord, Path, UnsupportedVersionError
 from countersign.registry import KeyProblem, Registry
-from countersign.state import ChildEdge, LeafNonce, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState
 
 
 class Mode(enum.StrEnum):
@@ -134,7 +134,8 @@ def verify_path(
     """Verify ``path`` for the exact ``output`` bytes; in accept mode consume its leaf nonce.
 
     ``request_id`` is the caller's optional idempotency key (see :class:`countersign.state.LeafNonce`):
-    the same accept-mode request retried after a lost answer is accepted again, nothing else is.
+    the same accept-mode request retried after a lost answer is accepted again, marked as a retry of
+    the earlier acceptance (``retry_of_ms``); nothing else is.
     ``consumer_policy`` (docs/spec.md section 16) is applied once the path and its output verified
     and before the durable state is touched, so a path it refuses consumes no nonce and records no
     edge. Returns the verdict, with the path's :class:`Attribution` once its checks held. Raises
@@ -164,6 +165,8 @@ def verify_path(
         replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index, request_id
     )
     rejection = state.admit(edges, leaf_nonce, consume=mode is Mode.ACCEPT, now_ms=now_ms)
+    if isinstance(rejection, EarlierAcceptance):  # a retry: say so, with the acceptance it repeats
+        return VerificationResult.accept(attribution, retry_of_ms=rejection.accepted_ms)
     if rejection is not None:
         detail = (
             "parent already has max_children children"

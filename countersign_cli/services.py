@@ -12,7 +12,7 @@ from countersign.admission import AdmissionLog, SignedStatement, StatementKind, 
 from countersign.canonical import b64url_encode, canonicalize
 from countersign.errors import ConfigError, CountersignError, SignerError
 from countersign.keys import PublicKey, Signer
-from countersign_cli.main import EXIT_OK, UsageError
+from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
 # gRPC, TLS and the daemon plumbing are imported by the commands that use them, so that `countersign
 # --help` and the offline commands run on the core alone (`pip install countersign`, no extras).
@@ -84,6 +84,29 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         sub.add_argument("--log", help="offline: the current registry-log.json (registry export) to chain onto")
         add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
+    endorse = op_actions.add_parser(
+        "endorse-key", help="record an old key's endorsement of the deployer's new key (key endorse --out)"
+    )
+    endorse.add_argument("--key", required=True, help="the operator key file")
+    endorse.add_argument("--endorsement", required=True, help="the signed endorsement file (key endorse)")
+    endorse.add_argument("--note", help="free text recorded in the statement")
+    add_client_arguments(endorse, "--coordinator")
+    endorse.set_defaults(handler=cmd_operator_endorse)
+
+    key = commands.add_parser("key", help="a deployer's signing key")
+    key_actions = key.add_subparsers(dest="action", required=True, metavar="ACTION")
+    key_endorse = key_actions.add_parser(
+        "endorse", help="sign, with the deployer's current key, an endorsement of its next key (rotation)"
+    )
+    key_endorse.add_argument("--signer-key", required=True, help="the CURRENT key (file: or awskms: URI, or a file)")
+    key_endorse.add_argument("--deployer", required=True)
+    key_endorse.add_argument(
+        "--new-public-key", required=True, metavar="B64URL",
+        help="the next key's public key; write --new-public-key=KEY, since a key may begin with '-'",
+    )  # fmt: skip
+    key_endorse.add_argument("--out", required=True, help="where to write the signed endorsement (JSON)")
+    key_endorse.set_defaults(handler=cmd_key_endorse)
+
     submit = op_actions.add_parser("submit", help="submit a statement signed offline (operator <action> --out)")
     submit.add_argument("--statement", required=True, help="the signed statement file")
     add_client_arguments(submit, "--coordinator")
@@ -99,6 +122,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     export.add_argument("--out", required=True, help="directory for registry-log.json and registry.json")
     add_client_arguments(export, "--coordinator")
     export.set_defaults(handler=cmd_registry_export)
+    custody = reg_actions.add_parser(
+        "custody", help="print a deployer's chain of custody across key rotations (exit 1 if broken)"
+    )
+    custody.add_argument(
+        "--operator-public-key", required=True, metavar="B64URL",
+        help="the pinned operator key; write --operator-public-key=KEY, since a key may begin with '-'",
+    )  # fmt: skip
+    custody.add_argument("--deployer", required=True)
+    add_client_arguments(custody, "--coordinator")
+    custody.set_defaults(handler=cmd_registry_custody)
     from countersign_cli import audit  # registry verify: the offline check of an exported log
 
     audit.register_registry_actions(reg_actions)
@@ -351,6 +384,72 @@ def cmd_operator_submit(args: argparse.Namespace) -> int:
         raise UsageError(f"coordinator refused: {getattr(exc, 'code', '')} {exc}") from None
     print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest()}))
     return EXIT_OK
+
+
+def cmd_key_endorse(args: argparse.Namespace) -> int:
+    from countersign.admission import endorse_key
+    from countersign.canonical import b64url_decode
+    from countersign.keys import PUBLIC_KEY_LENGTH
+
+    try:
+        new_key = PublicKey(b64url_decode(args.new_public_key, PUBLIC_KEY_LENGTH))
+    except ValueError as exc:
+        raise UsageError(f"--new-public-key: {exc}") from None
+    old = load_key(args.signer_key)
+    if old.key_id == new_key.key_id:
+        raise UsageError("--new-public-key is the current key itself")
+    signed = endorse_key(old, args.deployer, new_key, time.time_ns() // 1_000_000)
+    Path(args.out).write_bytes(signed.to_bytes() + b"\n")
+    print(json.dumps({"old_key_id": old.key_id, "new_key_id": new_key.key_id, "out": args.out}))
+    return EXIT_OK
+
+
+def cmd_operator_endorse(args: argparse.Namespace) -> int:
+    from countersign.admission import SignedEndorsement
+    from countersign.client import OperatorClient
+
+    try:
+        endorsement = SignedEndorsement.from_bytes(Path(args.endorsement).read_bytes())
+    except (OSError, CountersignError) as exc:
+        raise UsageError(f"{args.endorsement} is not a signed endorsement: {exc}") from None
+    inner = endorsement.endorsement
+    client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), load_key(args.key))
+    try:
+        signed = client.submit(
+            StatementKind.ENDORSE_KEY, inner.deployer, inner.new_key_id, note=args.note, endorsement=endorsement
+        )
+    except CountersignError as exc:
+        raise UsageError(f"coordinator refused: {getattr(exc, 'code', '')} {exc}") from None
+    finally:
+        client.close()
+    print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest(), "kind": "endorse_key"}))
+    return EXIT_OK
+
+
+def cmd_registry_custody(args: argparse.Namespace) -> int:
+    from countersign._daemon.config import parse_operator_key
+    from countersign.admission import custody_chain
+    from countersign.client.operator import coordinator_log
+
+    try:
+        operator = parse_operator_key(args.operator_public_key)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    copy = AdmissionLog(operator)
+    try:  # every statement, endorsements included, re-checked against the pinned operator key
+        copy.extend(
+            [
+                SignedStatement.from_bytes(s)
+                for s in coordinator_log(args.coordinator, client_tls(args, args.coordinator))
+            ]
+        )
+    except CountersignError as exc:
+        raise UsageError(f"the served log does not verify: {exc}") from None
+    if args.deployer not in copy.registry.deployers:
+        raise UsageError(f"{args.deployer} is not enrolled")
+    chain = custody_chain(copy, args.deployer)
+    print(json.dumps(chain.to_json(), indent=2))
+    return EXIT_OK if chain.unbroken else EXIT_REJECTED
 
 
 def cmd_registry_export(args: argparse.Namespace) -> int:

@@ -84,7 +84,7 @@ from countersign.registry import Registry
 from countersign.verify import MAX_CLOCK_SKEW_MS
 from signer.backends import load_signer
 from signer.peers import PeerPool, Peers
-from signer.store import SignerStore, Transaction
+from signer.store import DEFAULT_COLLECT_BATCH, SignerStore, Transaction
 
 log = logging.getLogger("countersign.signer")
 PARSED_PATH_CACHE = 1024
@@ -126,6 +126,10 @@ class SignerConfig:
     # wait on each other, and each open lane from a peer holds a thread: keep enough threads that
     # neither starves the other calls.
     max_workers: int = 32
+    # The state collector (ADR 0026): every this often, forget rows past their expiry plus clock_skew_ms,
+    # at most collect_batch rows per table per transaction.
+    collect_interval_ms: int = 60_000
+    collect_batch: int = DEFAULT_COLLECT_BATCH
     limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
@@ -146,6 +150,8 @@ class SignerConfig:
             raise ConfigError("max_session_outputs must be positive")
         if self.max_stream_chunks < 1 or self.max_stream_messages < 1:
             raise ConfigError("max_stream_chunks and max_stream_messages must be positive")
+        if self.collect_interval_ms < 1 or self.collect_batch < 1:
+            raise ConfigError("collect_interval_ms and collect_batch must be positive")
 
     @property
     def policy(self) -> SignerPolicy:
@@ -178,6 +184,14 @@ class SignerMetrics:
         self.commit_latency = prometheus_client.Histogram(
             "countersign_signer_commit_seconds", "State commits, by sync (full: survives power loss; normal)",
             ["sync"], registry=registry, buckets=LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.state_collected = prometheus_client.Counter(
+            "countersign_signer_state_collected", "Signer state rows the collector forgot, by table", ["table"],
+            registry=registry,
+        )  # fmt: skip
+        self.state_rows = prometheus_client.Gauge(
+            "countersign_signer_state_rows", "Signer state rows held, by table (after the last collection)",
+            ["table"], registry=registry,
         )  # fmt: skip
         follower.register_gauges(registry)
 
@@ -763,6 +777,8 @@ class SignerDaemon:
             config.state_url, on_commit=lambda durable, seconds: (full if durable else normal).observe(seconds)
         )
         self.service = SignerService(config, self.key, self.store, self.follower, self.metrics)
+        self._stop = threading.Event()
+        self._collector: threading.Thread | None = None
 
     def register(self, server: grpc.Server) -> Sequence[str]:
         signer_pb2_grpc.add_SignerServicer_to_server(self.service, server)
@@ -770,11 +786,43 @@ class SignerDaemon:
 
     def start(self) -> None:
         self.follower.start()
+        self.collect()  # once at start, so the row gauges say something before the first interval
+        self._collector = threading.Thread(target=self._collect_periodically, name="state-collector", daemon=True)
+        self._collector.start()
+
+    def collect(self) -> dict[str, int]:
+        """One collection round: batches until a batch comes back short. Returns rows forgotten per table."""
+        batch = self.config.collect_batch
+        total: dict[str, int] = {}
+        while not self._stop.is_set():
+            # The margin covers a clock that steps back: nothing goes while this signer could still
+            # believe it unexpired.
+            removed = self.store.collect_expired(now_ms() - self.config.clock_skew_ms, limit=batch)
+            for table, count in removed.items():
+                total[table] = total.get(table, 0) + count
+                self.metrics.state_collected.labels(table).inc(count)
+            if max(removed.values()) < batch:
+                break
+        for table, count in self.store.row_counts().items():
+            self.metrics.state_rows.labels(table).set(count)
+        if any(total.values()):
+            log.info("signer state collected", extra={"collected": total})
+        return total
+
+    def _collect_periodically(self) -> None:
+        while not self._stop.wait(self.config.collect_interval_ms / 1000):
+            try:
+                self.collect()
+            except Exception as exc:  # the collector must survive a state outage; the next round retries
+                log.warning("collecting expired signer state failed", extra={"error": str(exc)})
 
     def stopping(self) -> None:
         self.service.stopping()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._collector is not None:
+            self._collector.join(timeout=5)
         self.service.close()
         self.follower.close()
         self.store.close()

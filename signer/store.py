@@ -48,7 +48,14 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
     " child_cosig TEXT NOT NULL, expires_ms INTEGER NOT NULL, sealed_path BLOB)",
     "CREATE INDEX IF NOT EXISTS proposals_expiry ON proposals (expires_ms)",
+    # What the collector (``SignerStore.collect_expired``) finds expired rows by.
+    "CREATE INDEX IF NOT EXISTS issued_expiry ON issued (expires_ms)",
+    "CREATE INDEX IF NOT EXISTS grants_expiry ON grants (expires_ms)",
 )
+
+# The tables the collector reports on (rows held, rows collected), in the order it collects them.
+COLLECTED_TABLES = ("issued", "children", "child_counts", "agent_sessions", "grants", "proposals")
+DEFAULT_COLLECT_BATCH = 1_000  # records per transaction: the store lock is held for one batch at a time
 
 # Tables an earlier release made WITHOUT ROWID, rebuilt as rowid tables on open: their columns, and
 # the indexes that go with the old table and are made again by SCHEMA.
@@ -148,6 +155,65 @@ class SignerStore:
         with self._lock:
             row = self._db.execute("SELECT path FROM issued WHERE digest = ?", (digest,)).fetchone()
         return None if row is None else bytes(row[0])
+
+    def collect_expired(self, cutoff_ms: int, limit: int = DEFAULT_COLLECT_BATCH) -> dict[str, int]:
+        """Forget what can no longer matter: rows tied to a record or grant that expired before
+        ``cutoff_ms`` (the caller passes now minus its clock-skew margin). At most ``limit`` expired
+        records (with what hangs off them), grants and proposals in one short transaction; returns
+        how many rows of each table went.
+
+        The rules (ADR 0026), each keeping what replay safety needs:
+
+        * ``issued``: a record past its expiry can be nobody's parent any more (``record_fields``
+          refuses a child of an expired parent), so its stored path is dead weight. Once it is gone
+          the record is unknown here and every call naming it is refused ``PARENT_UNKNOWN``: fail closed.
+        * ``children`` / ``child_counts``: a parent's child set only bounds its fan-out, which needs
+          the parent to be usable; they go with the parent's ``issued`` row.
+        * ``agent_sessions``: a session's seq and closed flag go only with its agent record's ``issued``
+          row. Every receipt of the session expires no later than the agent record, so none can
+          still verify, and the signer can no longer issue a receipt under that agent at all (it is
+          unknown, and expired): a forgotten seq cannot be reused, a forgotten close cannot reopen.
+        * ``grants``: a grant past its expiry can no longer be spent; a spent one answered its edge's
+          retries until now, and a retry later than this margin is refused ``GRANT_NOT_FOUND``.
+        * ``proposals``: the child's side of a delegation, kept until the proposed child record
+          expires; after that the edge could not verify anyway.
+        * The pre-agent-key ``sessions`` table is kept: its rows carry no expiry, it is read only and
+          no longer grows.
+        """
+        removed: dict[str, int] = {}
+
+        def work(db: sqlite3.Connection) -> None:
+            # Everything keyed by a record goes with the record, found by the expiry index: a round
+            # costs what it forgets, not what the store holds.
+            expired = [
+                (str(row[0]),)
+                for row in db.execute("SELECT digest FROM issued WHERE expires_ms < ? LIMIT ?", (cutoff_ms, limit))
+            ]
+            removed["children"] = db.executemany("DELETE FROM children WHERE parent = ?", expired).rowcount
+            removed["child_counts"] = db.executemany("DELETE FROM child_counts WHERE parent = ?", expired).rowcount
+            removed["agent_sessions"] = db.executemany("DELETE FROM agent_sessions WHERE agent = ?", expired).rowcount
+            removed["issued"] = db.executemany("DELETE FROM issued WHERE digest = ?", expired).rowcount
+            removed["grants"] = db.execute(
+                "DELETE FROM grants WHERE grant_id IN (SELECT grant_id FROM grants WHERE expires_ms < ? LIMIT ?)",
+                (cutoff_ms, limit),
+            ).rowcount
+            removed["proposals"] = db.execute(
+                "DELETE FROM proposals WHERE rowid IN (SELECT rowid FROM proposals WHERE expires_ms < ? LIMIT ?)",
+                (cutoff_ms, limit),
+            ).rowcount
+
+        # Forgetting needs no power-loss durability: a lost delete is collected again next time.
+        with self._transaction(durable=False) as db:
+            work(db)
+        return removed
+
+    def row_counts(self) -> dict[str, int]:
+        """Rows held per collected table (what the collector keeps bounded)."""
+        with self._lock:
+            return {
+                table: int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608 (constant names)
+                for table in COLLECTED_TABLES
+            }
 
     def close(self) -> None:
         with self._lock:

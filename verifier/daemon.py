@@ -213,6 +213,8 @@ def response_message(result: VerificationResult, registry_sequence: int) -> veri
     response = verifier_pb2.VerifyPathResponse(verdict=verdict_message(result), registry_sequence=registry_sequence)
     if result.attribution is not None:
         response.attribution.CopyFrom(attribution_message(result.attribution))
+    if result.retry_of_ms is not None:
+        response.retry_of.accepted_ms = result.retry_of_ms
     return response
 
 

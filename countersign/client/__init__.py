@@ -48,7 +48,7 @@ from countersign.client.runtime import (
 )
 from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
+from countersign.client.verifier import AsyncVerifierClient, VerifierClient, new_request_id
 from countersign.errors import ErrorCode
 
 __all__ = [
@@ -78,6 +78,7 @@ __all__ = [
     "averify_path",
     "delegate_with_retry",
     "load_registry",
+    "new_request_id",
     "tls_from_env",
     "verify_offline",
     "verify_path",

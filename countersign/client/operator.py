@@ -9,7 +9,7 @@ from types import TracebackType
 import grpc
 
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
-from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
+from countersign.admission import AdmissionLog, SignedEndorsement, SignedStatement, StatementKind, sign_statement
 from countersign.client.errors import from_rpc_error
 from countersign.client.lanes import unary
 from countersign.client.tls import TlsConfig, coordinator_dns, open_aio_channel, open_channel
@@ -86,10 +86,18 @@ class OperatorClient:
         public_key: str | None = None,
         at_ms: int | None = None,
         note: str | None = None,
+        endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """Sign the statement that would extend the served log now (not yet submitted)."""
         statement = self.log().next_statement(
-            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note
+            kind,
+            deployer,
+            key_id,
+            issued_ms=now_ms(),
+            public_key=public_key,
+            at_ms=at_ms,
+            note=note,
+            endorsement=endorsement,
         )
         return sign_statement(statement, self._operator)
 
@@ -102,9 +110,12 @@ class OperatorClient:
         public_key: str | None = None,
         at_ms: int | None = None,
         note: str | None = None,
+        endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """Sign the next statement and submit it. Raises ServiceError if the coordinator refuses."""
-        signed = self.prepare(kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note)
+        signed = self.prepare(
+            kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note, endorsement=endorsement
+        )
         self._submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), 10)
         return signed
 

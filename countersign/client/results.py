@@ -27,6 +27,7 @@ class VerifierVerdict:
 
     result: VerificationResult
     registry_sequence: int
+    request_id: str = ""  # the idempotency key the request carried ("" for none): retry with it
 
     def __bool__(self) -> bool:
         return bool(self.result)
@@ -35,3 +36,10 @@ class VerifierVerdict:
     def reason(self) -> Reason | None:
         """Why the path was rejected; None on accept."""
         return self.result.reason
+
+    @property
+    def retry_of_ms(self) -> int | None:
+        """On an ACCEPT that answers a retry of an earlier acceptance (same ``request_id``, same client
+        identity): that acceptance's time (0: the verifier's store kept none). None on a first ACCEPT
+        and on every reject. A retry consumed nothing: act on the output once, not once per answer."""
+        return self.result.retry_of_ms

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from countersign.client.errors import ServiceError
 from countersign.client.results import Grant
 from countersign.client.signer import SignerClient
-from countersign.client.verifier import VerifierClient
+from countersign.client.verifier import VerifierClient, new_request_id
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path
 
@@ -105,7 +104,7 @@ def verify_with_failover(
     """Verify ``path`` for ``output`` through ``clients`` (in order, wrapping round) under ``policy``.
     Never raises ServiceError: every failed attempt is in the outcome's ``attempts``."""
     outcome = VerifyOutcome(None)
-    request_id = uuid.uuid4().hex  # one key for every attempt of this call
+    request_id = new_request_id()  # one key for every attempt of this call
     deadline = time.monotonic() + policy.deadline_s
     for attempt in range(policy.attempts):
         client = clients[attempt % len(clients)]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, replace
 from types import TracebackType
 
 import grpc
@@ -14,6 +15,17 @@ from countersign.client.results import VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
+
+
+def new_request_id() -> str:
+    """A fresh idempotency key: 128 random bits in hex. Never derive one from the path or the output
+    (docs/api.md): two logical requests for the same path would then be each other's retries."""
+    return secrets.token_hex(16)
+
+
+def _key(request_id: str | None) -> str:
+    """The key to send: ``None`` (the default) draws a fresh one; ``""`` sends none."""
+    return new_request_id() if request_id is None else request_id
 
 
 def _request(
@@ -53,7 +65,8 @@ def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
         _attribution(response.attribution, response.registry_sequence) if response.HasField("attribution") else None
     )
     if verdict.verdict == verdict.ACCEPT:
-        return VerifierVerdict(VerificationResult.accept(attribution), response.registry_sequence)
+        retry_of = response.retry_of.accepted_ms if response.HasField("retry_of") else None
+        return VerifierVerdict(VerificationResult.accept(attribution, retry_of_ms=retry_of), response.registry_sequence)
     result = VerificationResult(
         Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail,
         attribution,
@@ -86,17 +99,20 @@ class VerifierClient:
         *,
         audit: bool = False,
         timeout_s: float = 10.0,
-        request_id: str = "",
+        request_id: str | None = None,
         policy: str = "",
     ) -> VerifierVerdict:
         """The verifier's verdict on ``path`` (a Path, or its bytes as received) for the exact
         ``output`` bytes. Accept mode consumes the leaf nonce, so a second presentation is
-        ``NONCE_REPLAYED``; ``audit=True`` checks without consuming. ``request_id``: an idempotency key
-        for retrying an accept-mode request (docs/api.md). ``policy``: the name of a consumer policy
+        ``NONCE_REPLAYED``; ``audit=True`` checks without consuming. ``request_id``: the idempotency key
+        of this logical request (docs/api.md); by default a fresh random 128-bit one, returned as
+        the verdict's ``request_id``: pass it again to retry this request after a lost answer (the
+        answer is then marked ``retry_of_ms``); ``""`` sends none. ``policy``: the name of a consumer policy
         configured on the verifier (spec section 16; empty: none). A rejected path is a verdict, not an error;
         raises ServiceError when the verifier refuses the request or cannot be reached."""
         ask = self._lanes.ask if self._lanes is not None else self._unary
-        return _verdict(ask(_request(path, output, audit, request_id, policy), timeout_s))
+        key = _key(request_id)
+        return replace(_verdict(ask(_request(path, output, audit, key, policy), timeout_s)), request_id=key)
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -132,15 +148,16 @@ class AsyncVerifierClient:
         *,
         audit: bool = False,
         timeout_s: float = 10.0,
-        request_id: str = "",
+        request_id: str | None = None,
         policy: str = "",
     ) -> VerifierVerdict:
         """See :meth:`VerifierClient.verify`."""
+        key = _key(request_id)
         try:
-            response = await self._stub.VerifyPath(_request(path, output, audit, request_id, policy), timeout=timeout_s)
+            response = await self._stub.VerifyPath(_request(path, output, audit, key, policy), timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        return _verdict(response)
+        return replace(_verdict(response), request_id=key)
 
     async def close(self) -> None:
         await self._channel.close()

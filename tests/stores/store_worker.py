@@ -2,10 +2,11 @@
 
 Reads one JSON job line on stdin: ``{"url": STORE_URL, "share_handle": bool, "paths": [PATH, ...]}``
 with ``PATH = {"edges": [[parent, child, max_children, retain_until_ms, index], ...],
-"leaf": [nonce, retain_until_ms, index], "consume": bool}``; opens the store (one handle per thread, or
-one shared), prints ``ready``, waits for a ``go`` line, then admits every path in its own thread, all
-released together by a barrier, and prints one JSON line with the outcome of each path in order:
-``"accept"``, ``"REASON@index"``, ``"unavailable: ..."`` or ``"error: ..."``.
+"leaf": [nonce, retain_until_ms, index(, request_id)], "consume": bool, "now_ms": int}``; opens the
+store (one handle per thread, or one shared), prints ``ready``, waits for a ``go`` line, then admits
+every path in its own thread, all released together by a barrier, and prints one JSON line with the
+outcome of each path in order: ``"accept"``, ``"retry@accepted_ms"``, ``"REASON@index"``,
+``"unavailable: ..."`` or ``"error: ..."``.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ from typing import Any
 
 def outcome_of(store: Any, path: dict[str, Any]) -> str:
     from countersign.errors import StateUnavailable
-    from countersign.state import ChildEdge, LeafNonce
+    from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce
 
     edges = [ChildEdge(p, c, m, r, i) for p, c, m, r, i in path["edges"]]
-    nonce, retain, index = path["leaf"]
+    leaf = LeafNonce(*path["leaf"])
     try:
-        result = store.admit(edges, LeafNonce(nonce, retain, index), consume=path.get("consume", True), now_ms=0)
+        result = store.admit(edges, leaf, consume=path.get("consume", True), now_ms=path.get("now_ms", 0))
     except StateUnavailable as exc:
         return f"unavailable: {exc}"
     except Exception as exc:
         return f"error: {type(exc).__name__}: {exc}"
+    if isinstance(result, EarlierAcceptance):
+        return f"retry@{result.accepted_ms}"
     return "accept" if result is None else f"{result.reason.value}@{result.index}"
 
 

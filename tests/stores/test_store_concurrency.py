@@ -115,6 +115,20 @@ def test_same_nonce_from_many_threads_is_accepted_once(store_url: str) -> None:
     assert Counter(shared) == {"accept": 1, "NONCE_REPLAYED@1": 15}, shared
 
 
+def test_one_request_id_sent_nine_times_at_once_is_one_acceptance_and_eight_retries(store_url: str) -> None:
+    """The answer to a retry says it is one, with the time of the acceptance it repeats (each thread
+    admits at its own time, so the retries' time names the one that consumed the nonce)."""
+    for share_handle, nonce in ((False, "keyed-nonce"), (True, "keyed-nonce-2")):
+        paths = [
+            {**path("parent", nonce, 4, nonce), "leaf": [nonce, RETAIN, 1, "client|order-1"], "now_ms": 1000 + i}
+            for i in range(9)
+        ]
+        outcomes = run_threads(store_url, paths, share_handle=share_handle)
+        assert outcomes.count("accept") == 1, outcomes
+        winner = 1000 + outcomes.index("accept")
+        assert Counter(outcomes) == {"accept": 1, f"retry@{winner}": 8}, outcomes
+
+
 def test_same_nonce_from_many_processes_is_accepted_once(store_url: str) -> None:
     per_process = [[path("parent", "leaf", 4, "the-nonce") for _ in range(4)] for _ in range(4)]
     outcomes = run_processes(store_url, per_process)

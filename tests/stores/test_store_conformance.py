@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, InMemoryState, LeafNonce, StateRejection, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, InMemoryState, LeafNonce, StateRejection, VerifierState
 from tests.stores.conftest import StoreHarness
 
 NOW = 1_000_000
@@ -60,12 +60,13 @@ def test_accept_then_replay_across_handles(harness: StoreHarness) -> None:
 
 def test_a_retried_request_is_accepted_again_and_nothing_else_is(harness: StoreHarness) -> None:
     """The idempotency key: the same request retried (on any handle) after a lost answer gets its
-    acceptance again; another key, or none, is a replay."""
+    acceptance again, as a retry naming that acceptance's time; another key, or none, is a replay."""
     store, other = harness.open(), harness.open()
     edges, _ = chain(("root", "a1", 4), ("a1", "leaf1", 4), nonce="leaf1")
     first = LeafNonce("leaf1", NOW + 60_000, 2, "client-1|request-7")
     assert store.admit(edges, first, consume=True, now_ms=NOW) is None
-    assert other.admit(edges, first, consume=True, now_ms=NOW) is None
+    assert other.admit(edges, first, consume=True, now_ms=NOW + 5) == EarlierAcceptance(NOW)
+    assert store.admit(edges, first, consume=True, now_ms=NOW + 9) == EarlierAcceptance(NOW)
     for intruder in ("client-2|request-7", "client-1|request-8", ""):
         retry = LeafNonce("leaf1", NOW + 60_000, 2, intruder)
         assert other.admit(edges, retry, consume=True, now_ms=NOW) == replayed(2)
@@ -74,8 +75,9 @@ def test_a_retried_request_is_accepted_again_and_nothing_else_is(harness: StoreH
     assert store.admit([], LeafNonce("solo", NOW + 60_000, 0, "client-1|r"), consume=True, now_ms=NOW) == replayed(0)
     # Without edges (the DynamoDB backend's single conditional put) the key works the same way.
     keyed = LeafNonce("solo2", NOW + 60_000, 0, "client-1|r2")
-    assert store.admit([], keyed, consume=True, now_ms=NOW) is None
-    assert other.admit([], keyed, consume=True, now_ms=NOW) is None
+    assert store.admit([], keyed, consume=True, now_ms=NOW + 1) is None
+    assert other.admit([], keyed, consume=True, now_ms=NOW + 2) == EarlierAcceptance(NOW + 1)
+    assert other.admit([], LeafNonce("solo2", NOW + 60_000, 0, "client-2|r2"), consume=True, now_ms=NOW) == replayed(0)
     assert store.entry_count() == 2 + 3
 
 

@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, LeafNonce, StateRejection
+from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, StateRejection
 from tests.stores.conftest import PostgresSchemas
 from verifier.stores import postgres as pg_store
 from verifier.stores import sqlite as sqlite_store
@@ -34,7 +34,30 @@ def test_sqlite_version_1_upgrades_and_keeps_consumed_nonces(tmp_path: Path) -> 
         assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
         assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
         (version,) = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()
-        assert version == sqlite_store.SCHEMA_VERSION == 4
+        assert version == sqlite_store.SCHEMA_VERSION == 5
+    finally:
+        state.close()
+
+
+@pytest.mark.offline
+def test_sqlite_version_4_keeps_keyed_nonces_and_retries_name_no_time(tmp_path: Path) -> None:
+    """A nonce consumed under a request id before acceptance times were kept: a retry is still a
+    retry (time 0: unknown), anything else still a replay."""
+    path = tmp_path / "v4.db"
+    db = sqlite3.connect(path)
+    for step in range(1, 5):
+        for statement in sqlite_store._MIGRATIONS[step]:
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 4")
+    db.execute("INSERT INTO consumed_nonces VALUES ('d:old', ?, 'client|r')", (NOW + 60_000,))
+    db.commit()
+    db.close()
+    state = sqlite_store.SqliteState(path)
+    try:
+        retry = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW)
+        assert retry == EarlierAcceptance(0)
+        other = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|s"), consume=True, now_ms=NOW)
+        assert other == StateRejection(Reason.NONCE_REPLAYED, 0)
     finally:
         state.close()
 
@@ -99,10 +122,11 @@ def test_postgres_version_1_upgrades_and_keeps_consumed_nonces(pg_schemas: Postg
         )
     state = pg_store.PostgresState(pg_schemas.url(schema))
     try:
-        assert state.schema_version() == pg_store.SCHEMA_VERSION == 3
+        assert state.schema_version() == pg_store.SCHEMA_VERSION == 4
         replay = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW)
         assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
         assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
-        assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None
+        retry = state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW + 1)
+        assert retry == EarlierAcceptance(NOW)
     finally:
         state.close()

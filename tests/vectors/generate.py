@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path as FilePath
 from typing import Any
 
-from countersign.canonical import b64url_encode, canonicalize, sha256_digest
+from countersign.canonical import b64url_encode, canonicalize, pae, sha256_digest
 from countersign.constructions import (
     EdgeProposal,
     RecordFields,
@@ -610,6 +610,7 @@ def generate(out: FilePath) -> None:
     write(out / "handoff.json", handoff_vector(m))
     write(out / "compact-path.json", compact_vector(m))
     write(out / "mcp.json", mcp_vector())
+    write(out / "rotation.json", rotation_vector())
 
 
 def compact_vector(m: SampleMesh) -> dict[str, Any]:
@@ -645,6 +646,7 @@ def compact_vector(m: SampleMesh) -> dict[str, Any]:
             {"compact": wrap(b"\xff\xff\xff"), "why": "not a DEFLATE stream"},
         ],
     }
+
 
 def mcp_vector() -> dict[str, Any]:
     """MCP tool results (spec section 20) and the exact bytes their per_tool_call receipts hash."""
@@ -699,6 +701,74 @@ def mcp_vector() -> dict[str, Any]:
             }
             for name, description, result in cases
         ],
+    }
+
+
+def rotation_vector() -> dict[str, Any]:
+    """A key rotation with continuity (spec section 7.4): a log that enrols deployer-a, adds its next
+    key, records the old key's endorsement of it and retires the old key; the custody chain it folds
+    to; and endorse_key statements at sequence 2 that must be refused INVALID_STATEMENT."""
+    from countersign.admission import (
+        PAYLOAD_TYPE_KEY_ENDORSEMENT,
+        AdmissionLog,
+        KeyEndorsement,
+        SignedEndorsement,
+        StatementKind,
+        custody_chain,
+        endorse_key,
+        sign_statement,
+    )
+    from countersign.keys import PublicKey
+    from countersign.records import PAYLOAD_TYPE_REGISTRY_STATEMENT
+    from countersign.samples import seeded_signer
+
+    operator = seeded_signer(SEED, "operator")
+    old, new, other = (seeded_signer(SEED, "deployer-a", g) for g in (0, 1, 2))
+    log = AdmissionLog(PublicKey(operator.public_key))
+
+    def statement(kind: StatementKind, key_id: str, issued_ms: int, **fields: Any) -> Any:
+        return sign_statement(log.next_statement(kind, "deployer-a", key_id, issued_ms=issued_ms, **fields), operator)
+
+    def public(signer: Ed25519Signer) -> str:
+        return b64url_encode(signer.public_key)
+
+    log.append(statement(StatementKind.ENROL_DEPLOYER, old.key_id, NOW_MS - 4_000, public_key=public(old), at_ms=0))
+    log.append(
+        statement(StatementKind.ADD_KEY, new.key_id, NOW_MS - 3_000, public_key=public(new), at_ms=NOW_MS - 3_000)
+    )
+    endorsement = endorse_key(old, "deployer-a", PublicKey(new.public_key), NOW_MS - 2_500)
+
+    def endorsing(signed: SignedEndorsement, key_id: str = new.key_id) -> dict[str, Any]:
+        return statement(StatementKind.ENDORSE_KEY, key_id, NOW_MS - 2_000, endorsement=signed).to_json()
+
+    body = endorsement.endorsement
+    as_statement = b64url_encode(old.sign(pae(PAYLOAD_TYPE_REGISTRY_STATEMENT, canonicalize(body.to_json()))))
+    other_deployer = KeyEndorsement("deployer-b", old.key_id, new.key_id, public(new), body.issued_ms)
+    unadded = endorse_key(old, "deployer-a", PublicKey(other.public_key), NOW_MS - 2_500)
+    invalid = [
+        {"why": "signed by the new key, not the old one", "signed_statement": endorsing(endorse_key(
+            new, "deployer-a", PublicKey(new.public_key), body.issued_ms
+        ))},
+        {"why": "the old key's signature over the same body under the registry-statement payload type"
+         " (domain separation)", "signed_statement": endorsing(SignedEndorsement(body, as_statement))},
+        {"why": "the endorsement names another deployer", "signed_statement": endorsing(
+            SignedEndorsement(other_deployer, b64url_encode(old.sign(other_deployer.signing_input())))
+        )},
+        {"why": "the endorsed key was never added to the deployer",
+         "signed_statement": endorsing(unadded, other.key_id)},
+    ]  # fmt: skip
+    log.append(statement(StatementKind.ENDORSE_KEY, new.key_id, NOW_MS - 2_000, endorsement=endorsement))
+    log.append(statement(StatementKind.RETIRE_KEY, old.key_id, NOW_MS - 1_000, at_ms=NOW_MS - 1_000))
+    return {
+        "description": "key rotation with continuity: the old key endorses its successor (spec 7.4)",
+        "payload_type": PAYLOAD_TYPE_KEY_ENDORSEMENT,
+        "operator_public_key": public(operator),
+        "keys": {"old": public(old), "new": public(new), "never_added": public(other)},
+        "endorsement": endorsement.to_json(),
+        "endorsement_signing_input_hex": body.signing_input().hex(),
+        "log": [signed.to_json() for signed in log.entries],
+        "custody": custody_chain(log, "deployer-a").to_json(),
+        "invalid_at_sequence_2": invalid,
     }
 
 

@@ -16,7 +16,7 @@ range key ``sk`` (S), TTL on ``expires_at`` (epoch seconds). Items:
 ============================  ==========  =================================================
 pk                            sk          attributes
 ============================  ==========  =================================================
-``nonce#<nonce>``             ``nonce``   ``retain_until_ms``, ``expires_at``
+``nonce#<nonce>``             ``nonce``   ``retain_until_ms``, ``accepted_ms``, ``request_id``, ``expires_at``
 ``parent#<parent digest>``    ``count``   ``n`` (children recorded), ``retain_until_ms``, ``expires_at``
 ``parent#<parent digest>``    ``child#<child nonce>``  ``retain_until_ms``, ``expires_at``
 ============================  ==========  =================================================
@@ -74,6 +74,7 @@ from countersign.state import (
     ChildEdge,
     CoSigner,
     DependencyKind,
+    EarlierAcceptance,
     LeafNonce,
     RecordUse,
     StateRejection,
@@ -198,6 +199,14 @@ def _expires_at(retain_until_ms: int) -> str:
     return str(max(0, math.ceil(retain_until_ms / 1000)))
 
 
+def _earlier(consumed: Mapping[str, Any] | None, leaf: LeafNonce) -> EarlierAcceptance | None:
+    """The acceptance ``leaf`` retries, if the consumed nonce item was written under its request id
+    (an item from before acceptance times were kept answers 0)."""
+    if consumed is None or not leaf.request_id or consumed.get("request_id", {}).get("S") != leaf.request_id:
+        return None
+    return EarlierAcceptance(int(consumed.get("accepted_ms", {}).get("N", "0")))
+
+
 def _nonce_key(nonce: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": NONCE_PK_PREFIX + nonce}, "sk": {"S": NONCE_SK}}
 
@@ -308,15 +317,15 @@ class DynamoDbState:
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         if not edges:
             if not consume:
                 return None
-            return self._consume_alone(leaf)
+            return self._consume_alone(leaf, now_ms)
         with self._calls("admit"):
             for attempt in range(_ATTEMPTS):
                 try:
-                    return self._admit_round(edges, leaf, consume)
+                    return self._admit_round(edges, leaf, consume, now_ms)
                 except _Contended:
                     if attempt + 1 < _ATTEMPTS:
                         time.sleep(min(0.2, 0.005 * 2**attempt))
@@ -324,31 +333,34 @@ class DynamoDbState:
             f"DynamoDB table {self.table} (admit): still contended after {_ATTEMPTS} optimistic attempts"
         )
 
-    def _consume_alone(self, leaf: LeafNonce) -> StateRejection | None:
+    def _consume_alone(self, leaf: LeafNonce, now_ms: int) -> StateRejection | EarlierAcceptance | None:
         with self._calls("consume"):
             try:
-                self._client.put_item(**self._nonce_put(leaf))
+                self._client.put_item(**self._nonce_put(leaf, now_ms))
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                    return StateRejection(Reason.NONCE_REPLAYED, leaf.index)
-                raise
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                consumed = self._client.get_item(
+                    TableName=self.table, Key=_nonce_key(leaf.nonce), ConsistentRead=True
+                ).get("Item")
+                return _earlier(consumed, leaf) or StateRejection(Reason.NONCE_REPLAYED, leaf.index)
         return None
 
-    def _nonce_put(self, leaf: LeafNonce) -> dict[str, Any]:
+    def _nonce_put(self, leaf: LeafNonce, now_ms: int) -> dict[str, Any]:
+        # Only the first consumption writes the item (a retry must not move its acceptance time), so
+        # of concurrent retries under one key exactly one is the acceptance, the rest retries of it.
         put: dict[str, Any] = {
             "TableName": self.table,
             "Item": {
                 **_nonce_key(leaf.nonce),
                 "retain_until_ms": {"N": str(leaf.retain_until_ms)},
+                "accepted_ms": {"N": str(now_ms)},
                 TTL_ATTRIBUTE: {"N": _expires_at(leaf.retain_until_ms)},
             },
             "ConditionExpression": "attribute_not_exists(pk)",
         }
         if leaf.request_id:
-            # The same request retried rewrites its own item; anything else is a replay.
             put["Item"]["request_id"] = {"S": leaf.request_id}
-            put["ConditionExpression"] = "attribute_not_exists(pk) OR request_id = :rid"
-            put["ExpressionAttributeValues"] = {":rid": {"S": leaf.request_id}}
         return put
 
     def _read(self, keys: list[dict[str, dict[str, str]]]) -> list[Mapping[str, Any] | None]:
@@ -370,7 +382,9 @@ class DynamoDbState:
         by_key = {(k["pk"]["S"], k["sk"]["S"]): item for k, item in zip(unique, found, strict=True)}
         return [by_key[k["pk"]["S"], k["sk"]["S"]] for k in keys]
 
-    def _admit_round(self, edges: Sequence[ChildEdge], leaf: LeafNonce, consume: bool) -> StateRejection | None:
+    def _admit_round(
+        self, edges: Sequence[ChildEdge], leaf: LeafNonce, consume: bool, now_ms: int
+    ) -> StateRejection | EarlierAcceptance | None:
         # One TransactGetItems, i.e. one snapshot, for paths of up to 49 edges; a longer path is read
         # in several (the writes below stay conditional, so a stale read can only cost a retry).
         keys: list[dict[str, dict[str, str]]] = []
@@ -390,9 +404,8 @@ class DynamoDbState:
         if not consume:
             return None
         consumed = items[-1]
-        replayed = consumed is not None and not (
-            leaf.request_id and consumed.get("request_id", {}).get("S") == leaf.request_id
-        )
+        earlier = _earlier(consumed, leaf)
+        replayed = consumed is not None and earlier is None
 
         writes: list[dict[str, Any]] = []
         new_per_parent: dict[str, list[ChildEdge]] = {}
@@ -437,10 +450,12 @@ class DynamoDbState:
                     }
                 }
             )
-        if not replayed:
-            writes.append({"Put": self._nonce_put(leaf)})
+        if consumed is None:
+            writes.append({"Put": self._nonce_put(leaf, now_ms)})
         if writes:
             self._write(writes)
+        if earlier is not None:
+            return earlier
         return StateRejection(Reason.NONCE_REPLAYED, leaf.index) if replayed else None
 
     def _write(self, writes: list[dict[str, Any]]) -> None:

@@ -47,6 +47,7 @@ from countersign.state import (
     MAX_LOOKUP_VERDICTS,
     ChildEdge,
     DependencyKind,
+    EarlierAcceptance,
     LeafNonce,
     StateRejection,
     VerdictEntry,
@@ -60,7 +61,7 @@ from verifier.stores.verdict_rows import (
     verdict_row,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 _OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
@@ -74,6 +75,7 @@ _ADMIT_ATTEMPTS = 3
 # Result codes of countersign_admit: >= 0 is the position (in the edge list) of a fan-out rejection.
 _ACCEPTED = -1
 _REPLAYED = -2
+_RETRY = -3  # consumed before under the same request id: the second column is when
 
 # Each entry is one migration: its statements run in one transaction under the migration lock.
 # ``{schema}`` is replaced by the quoted schema name; nothing else in these texts uses braces.
@@ -260,6 +262,69 @@ $fn$
         "CREATE INDEX verdict_signatures_by_record ON {schema}.verdict_signatures (record_digest, time_ms)",
         "CREATE INDEX verdict_signatures_by_deployer ON {schema}.verdict_signatures (deployer, time_ms)",
     ),
+    # When each nonce was consumed, so that a retry's answer names the acceptance it repeats (0 for
+    # nonces consumed before); countersign_admit takes the time and answers it with code -3.
+    4: (
+        "ALTER TABLE {schema}.consumed_nonces ADD COLUMN accepted_ms bigint NOT NULL DEFAULT 0",
+        "DROP FUNCTION {schema}.countersign_admit(text[], text[], integer[], bigint[], text, bigint, boolean, text)",
+        """
+CREATE FUNCTION {schema}.countersign_admit(
+    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
+    p_nonce text, p_nonce_retain bigint, p_consume boolean, p_request_id text, p_now bigint,
+    OUT code integer, OUT accepted bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n integer := coalesce(array_length(p_parents, 1), 0);
+    held integer;
+BEGIN
+    IF p_consume AND n > 0 THEN
+        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
+            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
+            GROUP BY e.parent ORDER BY e.parent
+        ON CONFLICT (parent) DO UPDATE
+            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
+    END IF;
+    FOR i IN 1 .. n LOOP
+        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
+        IF NOT FOUND THEN
+            held := NULL;
+            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
+            IF coalesce(held, 0) >= p_max[i] THEN
+                code := i - 1;
+                RETURN;
+            END IF;
+        END IF;
+    END LOOP;
+    IF NOT p_consume THEN
+        code := -1;
+        RETURN;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        INSERT INTO {schema}.children (parent, child, retain_until_ms)
+            VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
+        END IF;
+    END LOOP;
+    INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms)
+        VALUES (p_nonce, p_nonce_retain, p_request_id, p_now) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        IF p_request_id <> '' THEN
+            SELECT c.accepted_ms INTO accepted FROM {schema}.consumed_nonces AS c
+                WHERE c.nonce = p_nonce AND c.request_id = p_request_id;
+            IF FOUND THEN
+                code := -3;
+                RETURN;
+            END IF;
+        END IF;
+        code := -2;
+        RETURN;
+    END IF;
+    code := -1;
+END
+$fn$
+""",
+    ),
 }
 
 
@@ -356,8 +421,8 @@ class PostgresState:
         )
         ident = sql.Identifier(self.schema)
         self._admit_sql = sql.SQL(
-            "SELECT {}.countersign_admit("
-            "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s, %s::text)"
+            "SELECT code, accepted FROM {}.countersign_admit("
+            "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s, %s::text, %s::bigint)"
         ).format(ident)
         self._collect_sql = sql.SQL("SELECT {}.countersign_collect(%s::bigint, %s::integer)").format(ident)
         self._count_sql = sql.SQL(
@@ -514,7 +579,7 @@ class PostgresState:
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         params = (
             [e.parent_digest for e in edges],
             [e.child_nonce for e in edges],
@@ -524,6 +589,7 @@ class PostgresState:
             leaf.retain_until_ms,
             consume,
             leaf.request_id,
+            now_ms,
         )
         row = self._call("admit", self._admit_sql, params)
         if row is None or row[0] is None:
@@ -533,6 +599,8 @@ class PostgresState:
             return None
         if code == _REPLAYED:
             return StateRejection(Reason.NONCE_REPLAYED, leaf.index)
+        if code == _RETRY:
+            return EarlierAcceptance(int(row[1] or 0))
         if 0 <= code < len(edges):
             return StateRejection(Reason.FANOUT_EXCEEDED, edges[code].index)
         raise StateUnavailable(f"PostgreSQL state (admit): unexpected result {code}")

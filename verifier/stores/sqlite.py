@@ -22,6 +22,7 @@ from countersign.state import (
     MAX_LOOKUP_VERDICTS,
     ChildEdge,
     DependencyKind,
+    EarlierAcceptance,
     LeafNonce,
     StateRejection,
     VerdictEntry,
@@ -36,7 +37,7 @@ from verifier.stores.verdict_rows import (
     verdict_row,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _MIGRATIONS = {
     1: (
         "CREATE TABLE consumed_nonces (nonce TEXT PRIMARY KEY, retain_until_ms INTEGER NOT NULL) WITHOUT ROWID",
@@ -77,6 +78,9 @@ _MIGRATIONS = {
         "CREATE INDEX verdict_signatures_by_record ON verdict_signatures (record_digest, time_ms)",
         "CREATE INDEX verdict_signatures_by_deployer ON verdict_signatures (deployer, time_ms)",
     ),
+    # When each nonce was consumed, so that a retry's answer names the acceptance it repeats (0 for
+    # nonces consumed before this column existed).
+    5: ("ALTER TABLE consumed_nonces ADD COLUMN accepted_ms INTEGER NOT NULL DEFAULT 0",),
 }
 
 _SQLITE_MAX_VARIABLES = 500  # well under SQLITE_MAX_VARIABLE_NUMBER in any build
@@ -113,16 +117,18 @@ class SqliteState:
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         with self._lock:
             try:
-                return self._admit(edges, leaf, consume)
+                return self._admit(edges, leaf, consume, now_ms)
             except sqlite3.Error as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise StateUnavailable(f"SQLite state {self.path}: {exc}") from exc
 
-    def _admit(self, edges: Sequence[ChildEdge], leaf: LeafNonce, consume: bool) -> StateRejection | None:
+    def _admit(
+        self, edges: Sequence[ChildEdge], leaf: LeafNonce, consume: bool, now_ms: int
+    ) -> StateRejection | EarlierAcceptance | None:
         db = self._db
         db.execute("BEGIN IMMEDIATE" if consume else "BEGIN")
         for edge in edges:
@@ -144,15 +150,21 @@ class SqliteState:
             db.execute("ROLLBACK")
             return None
         inserted = db.execute(
-            "INSERT INTO consumed_nonces (nonce, retain_until_ms, request_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            (leaf.nonce, leaf.retain_until_ms, leaf.request_id),
+            "INSERT INTO consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            (leaf.nonce, leaf.retain_until_ms, leaf.request_id, now_ms),
         ).rowcount
-        same_request = False
+        earlier: EarlierAcceptance | None = None
         if inserted != 1 and leaf.request_id:
-            row = db.execute("SELECT request_id FROM consumed_nonces WHERE nonce = ?", (leaf.nonce,)).fetchone()
-            same_request = row is not None and row[0] == leaf.request_id
+            row = db.execute(
+                "SELECT request_id, accepted_ms FROM consumed_nonces WHERE nonce = ?", (leaf.nonce,)
+            ).fetchone()
+            if row is not None and row[0] == leaf.request_id:
+                earlier = EarlierAcceptance(int(row[1]))
         db.execute("COMMIT")
-        return None if inserted == 1 or same_request else StateRejection(Reason.NONCE_REPLAYED, leaf.index)
+        if inserted == 1:
+            return None
+        return earlier if earlier is not None else StateRejection(Reason.NONCE_REPLAYED, leaf.index)
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:

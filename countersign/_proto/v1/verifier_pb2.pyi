@@ -107,6 +107,7 @@ class VerifyPathResponse(_message.Message):
     VERDICT_FIELD_NUMBER: _builtins.int
     REGISTRY_SEQUENCE_FIELD_NUMBER: _builtins.int
     ATTRIBUTION_FIELD_NUMBER: _builtins.int
+    RETRY_OF_FIELD_NUMBER: _builtins.int
     registry_sequence: _builtins.int
     """the registry sequence the keys were resolved at"""
     @_builtins.property
@@ -115,20 +116,47 @@ class VerifyPathResponse(_message.Message):
     def attribution(self) -> _common_pb2.Attribution:
         """what the path proves, when it was proven (common.proto)"""
 
+    @_builtins.property
+    def retry_of(self) -> Global___EarlierAcceptance:
+        """Set on an ACCEPT that answers a retry (the same request_id from the same client identity) of an
+        acceptance recorded earlier; this answer consumed nothing. Absent on a first ACCEPT and on rejects.
+        """
+
     def __init__(
         self,
         *,
         verdict: _common_pb2.Verdict | None = ...,
         registry_sequence: _builtins.int = ...,
         attribution: _common_pb2.Attribution | None = ...,
+        retry_of: Global___EarlierAcceptance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "verdict", b"verdict"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "retry_of", b"retry_of", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "registry_sequence", b"registry_sequence", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "registry_sequence", b"registry_sequence", "retry_of", b"retry_of", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyPathResponse: _TypeAlias = VerifyPathResponse  # noqa: Y015
+
+@_typing.final
+class EarlierAcceptance(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCEPTED_MS_FIELD_NUMBER: _builtins.int
+    accepted_ms: _builtins.int
+    """when the nonce was consumed; 0 if the store kept no time (older entry)"""
+    def __init__(
+        self,
+        *,
+        accepted_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_ms", b"accepted_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EarlierAcceptance: _TypeAlias = EarlierAcceptance  # noqa: Y015
 
 @_typing.final
 class ImpactRequest(_message.Message):
