@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from countersign._daemon.config import parse_address
 from countersign._daemon.edge import abort
 from countersign._daemon.limits import LimitsConfig, PeerLimits
+from countersign._daemon.memory import MemoryTrimmer
 from countersign._daemon.logs import setup_logging, stop_logging
 from countersign._daemon.tls import server_credentials
 from countersign.client.errors import ServiceError
@@ -239,6 +240,8 @@ def run_daemon(
     if metrics_listen:
         httpd, metrics_port = start_metrics(metrics_listen, metrics_registry)
     daemon.start()
+    trimmer = MemoryTrimmer()
+    trimmer.start()
     if ready_file:
         write_ready_file(ready_file, {"grpc_port": port, "metrics_port": metrics_port, "pid": os.getpid()})
     log.info(
@@ -253,6 +256,7 @@ def run_daemon(
         stopping()
     server.stop(grace_s).wait()
     daemon.close()
+    trimmer.stop()
     if httpd is not None:
         httpd.shutdown()
     log.info("stopped")
