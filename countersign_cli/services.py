@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 # The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
 # parsers take at most (a path or statement of 1 MiB, spec section 10) with room for the other fields;
-# the verifier also takes the output bytes (at most 16 MiB).
-MAX_MESSAGE_BYTES = {"coordinator": 2 << 20, "signer": 2 << 20, "verifier": 18 << 20}
+# the verifier also takes output bytes (at most 1 MiB; larger outputs travel as their SHA-256) and holds
+# each of its methods to what it needs (verifier.daemon.METHOD_MESSAGE_BYTES).
+MAX_MESSAGE_BYTES = {"coordinator": 2 << 20, "signer": 2 << 20, "verifier": (2 << 20) + (16 << 10)}
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -160,6 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from countersign._daemon.server import run_daemon, worker_count
 
     daemon: Any
+    method_limits = None
     try:
         if args.daemon == "coordinator":
             from coordinator.daemon import CoordinatorConfig, CoordinatorDaemon
@@ -172,10 +174,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = load_config(SignerConfig, args.config)
             daemon = SignerDaemon(config)
         else:
-            from verifier.daemon import VerifierConfig, VerifierDaemon
+            from verifier.daemon import METHOD_MESSAGE_BYTES, VerifierConfig, VerifierDaemon
 
             config = load_config(VerifierConfig, args.config)
             daemon = VerifierDaemon(config)
+            method_limits = METHOD_MESSAGE_BYTES
         return run_daemon(
             args.daemon,
             daemon,
@@ -189,6 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_workers=worker_count(getattr(config, "max_workers", 0)) + getattr(config, "max_lanes", 0),
             limits=config.limits,
             max_message_bytes=config.limits.max_message_bytes or MAX_MESSAGE_BYTES[args.daemon],
+            method_limits=method_limits,
         )
     except (ConfigError, SignerError) as exc:
         raise UsageError(f"bad configuration: {exc}") from None

@@ -24,8 +24,10 @@ import pytest
 
 from countersign._proto.v1 import verifier_pb2
 from countersign.client.errors import from_rpc_error
+from countersign.records import MAX_INPUT_BYTES
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import big_channel_to
+from verifier.daemon import MAX_OUTPUT_BYTES, VERIFY_MESSAGE_BYTES
 
 pytestmark = [pytest.mark.daemons, pytest.mark.slow, pytest.mark.exclusive]
 
@@ -33,6 +35,7 @@ MIB = 1 << 20
 BURST = 56
 LARGE = 22 * MIB
 PEAK_LIMIT_MIB = 512
+AUDIT = verifier_pb2.VerifyPathRequest.AUDIT
 CHANNELS = 8  # the burst's calls spread over several connections, as separate attackers would
 METHODS = {  # daemon -> a method every client certificate may call, that takes a bytes field
     "verifier-0": "/countersign.v1.Verifier/VerifyPath",
@@ -70,10 +73,9 @@ def _verify_once(mesh: LocalMesh) -> None:
         client.close()
 
 
-def _burst(mesh: LocalMesh, name: str, method: str, size: int) -> list[str]:
-    """``BURST`` concurrent calls of ``size`` bytes; the status code each ended with."""
-    body = verifier_pb2.VerifyPathRequest(path=b"{}", output=b"x" * (size - 16), mode=2).SerializeToString()
-    channels = [big_channel_to(mesh, name, "client", size + MIB) for _ in range(CHANNELS)]
+def _burst(mesh: LocalMesh, name: str, method: str, body: bytes) -> list[str]:
+    """``BURST`` concurrent calls sending ``body``; the status code each ended with."""
+    channels = [big_channel_to(mesh, name, "client", len(body) + MIB) for _ in range(CHANNELS)]
     try:
         calls = [
             channel.unary_unary(method, request_serializer=None, response_deserializer=None) for channel in channels
@@ -121,7 +123,8 @@ def test_a_burst_of_22_mib_requests_is_refused_at_the_size_limit_and_memory_stay
 ) -> None:
     pid = _pid(burst_mesh, name)
     idle = _status(pid, "VmRSS")
-    codes = _burst(burst_mesh, name, METHODS[name], LARGE)
+    body = verifier_pb2.VerifyPathRequest(path=b"{}", output=b"x" * LARGE, mode=AUDIT).SerializeToString()
+    codes = _burst(burst_mesh, name, METHODS[name], body)
     peak, after = _status(pid, "VmHWM"), _settled_rss(pid, idle)
     print(_report(name, f"{BURST} x 22 MiB", idle, peak, after))
     assert set(codes) == {"RESOURCE_EXHAUSTED"}, codes
@@ -132,17 +135,18 @@ def test_a_burst_of_22_mib_requests_is_refused_at_the_size_limit_and_memory_stay
 
 
 def test_a_burst_just_under_the_verify_limit_is_held_to_the_receive_budget(burst_mesh: LocalMesh) -> None:
-    from verifier.daemon import VERIFY_MESSAGE_BYTES
-
     pid = _pid(burst_mesh, "verifier-0")
     idle = _status(pid, "VmRSS")
-    codes = _burst(burst_mesh, "verifier-0", METHODS["verifier-0"], VERIFY_MESSAGE_BYTES - 64)
+    # A path of 1 MiB (parsed, then MALFORMED) and 1 MiB of output: the most VerifyPath takes.
+    request = verifier_pb2.VerifyPathRequest(path=b"[" * MAX_INPUT_BYTES, output=b"x" * MAX_OUTPUT_BYTES, mode=AUDIT)
+    body = request.SerializeToString()
+    assert len(body) <= VERIFY_MESSAGE_BYTES
+    codes = _burst(burst_mesh, "verifier-0", METHODS["verifier-0"], body)
     peak, after = _status(pid, "VmHWM"), _settled_rss(pid, idle)
-    print(_report("verifier-0", f"{BURST} x {VERIFY_MESSAGE_BYTES // 1024} KiB", idle, peak, after))
+    print(_report("verifier-0", f"{BURST} x {len(body) // 1024} KiB", idle, peak, after), codes.count("OK"), "answered")
     # Each is answered (a MALFORMED verdict for the "{}" path) or refused by the budget, retryably.
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
     assert "OK" in codes
     assert peak < PEAK_LIMIT_MIB * 1024
     assert after <= 1.5 * idle, _report("verifier-0", "budget burst", idle, peak, after)
     _verify_once(burst_mesh)
-
