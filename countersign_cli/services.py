@@ -40,9 +40,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     for daemon in ("coordinator", "signer", "verifier"):
         group = commands.add_parser(daemon, help=f"the {daemon} daemon")
         actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-        serve = actions.add_parser("serve", help=f"run the {daemon} (config file plus COUNTERSIGN_* environment)")
+        serve = actions.add_parser(
+            "serve", help=f"run the {daemon} (config file plus COUNTERSIGN_* environment)",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )  # fmt: skip
         serve.add_argument("--config", help="TOML configuration file")
         serve.set_defaults(handler=cmd_serve, daemon=daemon)
+        _list_settings_in_help(serve, daemon)
 
     pki = commands.add_parser("pki", help="a development PKI for mTLS between the daemons")
     pki_actions = pki.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -78,7 +82,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("retire-key", StatementKind.RETIRE_KEY),
         ("revoke-key", StatementKind.REVOKE_KEY),
     ):
-        sub = op_actions.add_parser(action, help=f"{STATEMENT_WORDS[kind]} (signs a {kind.value} statement)")
+        sub = op_actions.add_parser(action, help=f"{STATEMENT_WORDS[kind]} (statement kind {kind.value})")
         sub.add_argument("--key", required=True, help="the operator key file")
         sub.add_argument("--deployer", required=True, help="the deployer the statement is about")
         if kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
@@ -167,6 +171,35 @@ def transport_hint(insecure_loopback: bool, message: str) -> str:
     return (
         " (is it running, and serving mTLS with a certificate of this CA? a plaintext daemon needs --insecure-loopback)"
     )
+
+
+def config_class(daemon: str) -> type[Any]:
+    """The configuration dataclass of ``daemon`` (imports the daemon, so only when asked for)."""
+    if daemon == "coordinator":
+        from coordinator.daemon import CoordinatorConfig
+
+        return CoordinatorConfig
+    if daemon == "signer":
+        from signer.daemon import SignerConfig
+
+        return SignerConfig
+    from verifier.daemon import VerifierConfig
+
+    return VerifierConfig
+
+
+def _list_settings_in_help(parser: argparse.ArgumentParser, daemon: str) -> None:
+    """``serve --help`` ends with the daemon's settings, read from its configuration when the help is
+    shown: building the parser must not import the daemons (``countersign --help`` runs on the core)."""
+    plain = parser.format_help
+
+    def with_settings() -> str:
+        from countersign_cli.settings_help import epilog
+
+        parser.epilog = epilog(config_class(daemon))
+        return plain()
+
+    parser.format_help = with_settings  # type: ignore[method-assign]
 
 
 # --- serve -------------------------------------------------------------------------------------
