@@ -462,12 +462,17 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     if args.trials < 1 or args.session_trials < 1:
         raise UsageError("--trials and --session-trials must be at least 1")
+    from countersign_cli.progress import Progress, table
+
+    total = len(Attack) * len(CONSTRUCTION_ORDER) + len(SessionAttack) * len(SESSION_CONSTRUCTIONS)
+    progress = Progress("conformance", total)
     started = time.perf_counter()
-    cells = run_matrix(args.trials, seed=args.seed)
+    cells = run_matrix(args.trials, seed=args.seed, progress=progress.step)
     elapsed = time.perf_counter() - started
     started = time.perf_counter()
-    session_cells = run_session_matrix(args.session_trials, seed=args.seed)
+    session_cells = run_session_matrix(args.session_trials, seed=args.seed, progress=progress.step)
     session_elapsed = time.perf_counter() - started
+    progress.done()
     mismatches = [c for c in cells if not c.matches] + [c for c in session_cells if not c.matches]
     if args.json:
         report: dict[str, Any] = {
@@ -504,36 +509,20 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report, indent=2))
     else:
+
+        def shown(cell: Any) -> str:
+            verdict = "A" if cell.expected_accepted else "R"
+            mark = "" if cell.matches else "!"
+            return f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}"
+
         by_key = {(c.attack, c.construction): c for c in cells}
-        width = max(len(a.value) for a in Attack)
-        header = f"{'attack (accepted/trials, Wilson 95% upper)':<{width}} | " + " | ".join(
-            f"{c.value:^18}" for c in CONSTRUCTION_ORDER
-        )
-        print(header)
-        print("-" * len(header))
-        for attack in Attack:
-            row = []
-            for construction in CONSTRUCTION_ORDER:
-                cell = by_key[(attack, construction)]
-                mark = "" if cell.matches else "!"
-                verdict = "A" if cell.expected_accepted else "R"
-                row.append(f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}".center(18))
-            print(f"{attack.value:<{width}} | " + " | ".join(row))
+        rows = [[a.value, *(shown(by_key[(a, c)]) for c in CONSTRUCTION_ORDER)] for a in Attack]
+        header = ["attack (accepted/trials, Wilson 95% upper)", *(c.value for c in CONSTRUCTION_ORDER)]
+        print("\n".join(table(header, rows)))
         sessions = {(c.attack, c.construction): c for c in session_cells}
         print()
-        title = f"{'session attack (closed required)':<{width}} | "
-        print(title + " | ".join(f"{c.value:^18}" for c in SESSION_CONSTRUCTIONS))
-        print("-" * len(header))
-        for session_attack in SessionAttack:
-            row = []
-            for construction in SESSION_CONSTRUCTIONS:
-                found = sessions[(session_attack, construction)]
-                mark = "" if found.matches else "!"
-                verdict = "A" if found.expected_accepted else "R"
-                row.append(
-                    f"{verdict} {found.accepted}/{found.trials} ≤{100 * found.wilson_upper:.2f}%{mark}".center(18)
-                )
-            print(f"{session_attack.value:<{width}} | " + " | ".join(row))
+        rows = [[a.value, *(shown(sessions[(a, c)]) for c in SESSION_CONSTRUCTIONS)] for a in SessionAttack]
+        print("\n".join(table(["session attack (closed required)", *(c.value for c in SESSION_CONSTRUCTIONS)], rows)))
         print(
             f"\n{len(session_cells)} session cells × {args.session_trials} trials in {session_elapsed:.1f} s "
             "(docs/spec.md section 17)."
