@@ -64,6 +64,6 @@ def test_sign_the_first_statements_offline_then_submit_them(make_mesh: object, t
               "--first", "--out", str(tmp_path / "fork.json"))  # fmt: skip
     assert fork["sequence"] == 0
     refused = cli("operator", "submit", "--statement", str(tmp_path / "fork.json"), *coordinator)
-    assert refused.returncode == 2, refused.stdout
+    assert refused.returncode == 2 and "SEQUENCE_CONFLICT" in refused.stderr, refused.stderr
     assert ok("operator", "submit", "--statement", str(tmp_path / "s1.json"), *coordinator)["sequence"] == 1
     mesh.wait_for_registry(2)
