@@ -11,7 +11,7 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
+.PHONY: demo mesh test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
 
 include infra/tools.mk
 
@@ -31,6 +31,10 @@ constraints:
 
 demo: $(STAMP)
 	$(VENV)/bin/countersign demo
+
+# The demo's mesh left running in .mesh/ (Ctrl-C stops it), to try `countersign verify --verifier`.
+mesh: $(STAMP)
+	$(VENV)/bin/countersign demo --keep-running --workdir .mesh
 
 test: $(STAMP) lint types unit infra-check
 

@@ -20,6 +20,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from countersign.canonical import b64url_encode, sha256_digest
 from countersign.constructions import (
@@ -51,6 +52,8 @@ from countersign.verify import Mode, VerifierPolicy, verify_path
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c", "deployer-d")
 NOW_MS = 1_800_000_000_000
 TTL_MS = 3_600_000
+
+T = TypeVar("T")
 
 
 class Attack(enum.StrEnum):
@@ -548,9 +551,17 @@ def run_matrix(
     seed: int = 2026,
     constructions: Sequence[Construction] = _ORDER,
     attacks: Sequence[Attack] = tuple(Attack),
+    progress: Callable[[], None] | None = None,
 ) -> list[Cell]:
+    """Every cell of the matrix; ``progress`` is called after each cell (for a progress bar)."""
     mesh = SampleMesh.create(DEPLOYERS, seed=b"conformance-%d" % seed)
-    return [run_cell(c, a, trials, mesh, seed) for a in attacks for c in constructions]
+    return [_noted(run_cell(c, a, trials, mesh, seed), progress) for a in attacks for c in constructions]
+
+
+def _noted(cell: T, progress: Callable[[], None] | None) -> T:
+    if progress is not None:
+        progress()
+    return cell
 
 
 CONSTRUCTION_ORDER = _ORDER
@@ -692,7 +703,11 @@ def run_session_cell(
 
 
 def run_session_matrix(
-    trials: int, *, seed: int = 2026, constructions: Sequence[Construction] = SESSION_CONSTRUCTIONS
+    trials: int,
+    *,
+    seed: int = 2026,
+    constructions: Sequence[Construction] = SESSION_CONSTRUCTIONS,
+    progress: Callable[[], None] | None = None,
 ) -> list[SessionCell]:
     mesh = SampleMesh.create(DEPLOYERS, seed=b"conformance-sessions-%d" % seed)
-    return [run_session_cell(c, a, trials, mesh, seed) for a in SessionAttack for c in constructions]
+    return [_noted(run_session_cell(c, a, trials, mesh, seed), progress) for a in SessionAttack for c in constructions]

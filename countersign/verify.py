@@ -62,6 +62,31 @@ class VerifierPolicy:
 DEFAULT_POLICY = VerifierPolicy()
 
 
+@dataclass(frozen=True, slots=True)
+class OutputDigest:
+    """An output presented by its SHA-256 instead of its bytes (ADR 0027): a consumer holding a large
+    output hashes it where it lies and sends 32 bytes. The verdict is the one the bytes would get,
+    since step O compares exactly this hash with the leaf's ``output.sha256``; what the verifier can
+    no longer check is that the consumer hashed the bytes it holds, which only the consumer relies on."""
+
+    sha256: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.sha256) != 32:
+            raise ValueError("an output digest is 32 bytes (SHA-256)")
+
+    @classmethod
+    def of(cls, output: bytes) -> OutputDigest:
+        return cls(hashlib.sha256(output).digest())
+
+
+def output_digest(output: bytes | OutputDigest) -> str:
+    """The ``sha256:<hex>`` form of an output, presented by its bytes or by its digest."""
+    if isinstance(output, OutputDigest):
+        return DIGEST_PREFIX + output.sha256.hex()
+    return DIGEST_PREFIX + hashlib.sha256(output).hexdigest()
+
+
 def replay_key(deployer: str, nonce: str) -> str:
     """What the durable state remembers for a record: its nonce in its issuer's namespace, so that one
     deployer cannot use up another deployer's nonces (deployer ids cannot contain ``:``)."""
@@ -119,7 +144,7 @@ SERIAL = SerialSignatures()
 
 def verify_path(
     path: Path,
-    output: bytes,
+    output: bytes | OutputDigest,
     *,
     registry: Registry,
     state: VerifierState,
@@ -131,7 +156,8 @@ def verify_path(
     consumer_policy: ConsumerPolicy | None = None,
     prefix_cache: PrefixCache | None = None,
 ) -> VerificationResult:
-    """Verify ``path`` for the exact ``output`` bytes; in accept mode consume its leaf nonce.
+    """Verify ``path`` for the exact ``output`` bytes (or their :class:`OutputDigest`); in accept mode
+    consume its leaf nonce.
 
     ``request_id`` is the caller's optional idempotency key (see :class:`countersign.state.LeafNonce`):
     the same accept-mode request retried after a lost answer is accepted again, marked as a retry of
@@ -152,7 +178,7 @@ def verify_path(
     leaf = path.leaf.record
     if leaf.output is None:
         return _reject(Reason.OUTPUT_MISSING, leaf_index, "the leaf record has no output section")
-    if DIGEST_PREFIX + hashlib.sha256(output).hexdigest() != leaf.output.sha256:
+    if output_digest(output) != leaf.output.sha256:
         return _reject(Reason.OUTPUT_MISMATCH, leaf_index, "SHA-256 of the output differs from the signed hash")
     attribution = attribute(path, registry.sequence)
     if consumer_policy is not None:
@@ -219,7 +245,7 @@ def attribute(path: Path, registry_sequence: int) -> Attribution:
 
 def verify_path_bytes(
     path_bytes: bytes,
-    output: bytes,
+    output: bytes | OutputDigest,
     *,
     registry: Registry,
     state: VerifierState,

@@ -31,7 +31,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from countersign_cli import report
 
     export = commands.add_parser("export", help="write a path as DSSE, an in-toto Statement or W3C PROV")
-    export.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+    export.add_argument(
+        "--format", required=True, choices=EXPORT_FORMATS, help="the document to write (docs/spec.md section 15)"
+    )
     export.add_argument("--path", required=True, help="path.json")
     export.add_argument(
         "--output", help="the exact output bytes: checked against the leaf's signed hash (in-toto names them)"

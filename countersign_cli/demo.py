@@ -56,6 +56,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     demo.add_argument("--workdir", help="keep the mesh's keys, configs, state and logs here (default: temporary)")
     demo.add_argument("--plaintext", action="store_true", help="mTLS off (loopback only)")
+    demo.add_argument(
+        "--keep-running", action="store_true",
+        help="leave the mesh up afterwards, with a path to verify remotely, until Ctrl-C or SIGTERM (make mesh)",
+    )  # fmt: skip
     demo.set_defaults(handler=cmd_demo)
 
 
@@ -66,6 +70,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         export=None if args.export is None else FilePath(args.export).absolute(),
         workdir=None if args.workdir is None else FilePath(args.workdir).absolute(),  # daemons run elsewhere
         tls=not args.plaintext,
+        keep_running=args.keep_running,
     )
 
 
@@ -117,7 +122,7 @@ def graft_with_stolen_key(
 # --- the mesh demo -----------------------------------------------------------------------------
 
 
-def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: bool) -> int:
+def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: bool, keep_running: bool = False) -> int:
     from countersign.admission import StatementKind
     from countersign.keys import Ed25519Signer
     from countersign_cli.localmesh import LocalMesh, MeshError
@@ -212,6 +217,10 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
 
         if export is not None:
             export_evidence(mesh, export, final, OUTPUTS[2])
+        if keep_running and not report.failed:
+            from countersign_cli.keep_running import hold
+
+            hold(mesh, runtimes["deployer-a"], root_dir)
         verifier.close()
         for client in runtimes.values():
             client.close()

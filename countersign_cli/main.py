@@ -67,7 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     audit.register(commands)
     impact.register(commands)
     mcp_proxy.register(commands)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's own --help opens with the line its parent lists it with, unless it says more."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not sub.description:
+                    sub.description = listed.get(name)
+                _describe(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,9 @@ from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
 from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, VerifierPolicy, malformed_result, verify_path
 from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
+CLOCK_SKEW_HELP = (
+    f"milliseconds the signers' clocks may be off when checking records' times (default {DEFAULT_POLICY.clock_skew_ms})"
+)
 MAX_OUTPUT_BYTES = 64 << 20
 MAX_SAMPLE_OUTPUTS = 10_000
 
@@ -32,7 +35,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     keygen.set_defaults(handler=cmd_keygen)
 
     sample = commands.add_parser("sample-path", help="write a valid sample path, its output, registry and keys")
-    sample.add_argument("--construction", required=True, choices=[c.value for c in Construction])
+    sample.add_argument(
+        "--construction", required=True, choices=[c.value for c in Construction],
+        help="how records commit to their parents (SIGNED-DAG, MERKLE, LINKED-LIST; the rest are baselines)",
+    )  # fmt: skip
     sample.add_argument("--depth", type=int, required=True, help=f"records in the path (1..{MAX_PATH_LENGTH})")
     sample.add_argument("--out", required=True, help="directory to write into (created if missing)")
     sample.add_argument("--deployers", type=int, default=3, help="deployers to cycle through (default 3)")
@@ -56,7 +62,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     audit.add_time_and_log_arguments(verify)
-    verify.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
+    verify.add_argument(
+        "--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms,
+        help=CLOCK_SKEW_HELP,
+    )  # fmt: skip
     verify.add_argument(
         "--policy",
         help="consumer policy file (docs/spec.md section 16) applied after verification; offline only",
@@ -96,7 +105,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--audit", action="store_true", help="consume nothing (offline, nothing durable is consumed either way)"
     )
     verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
-    verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms)
+    verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
     verify_session.set_defaults(handler=cmd_verify_session)
 
     inspect = commands.add_parser("inspect", help="print a readable tree of a path (checks nothing unless --verify)")
@@ -105,8 +114,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     inspect.set_defaults(handler=cmd_inspect)
 
     conformance = commands.add_parser("conformance", help="run the mutation matrix and check the expected pattern")
-    conformance.add_argument("--trials", type=int, default=1000)
-    conformance.add_argument("--seed", type=int, default=2026)
+    conformance.add_argument(
+        "--trials", type=int, default=1000, help="random mutations per cell of the matrix (default 1000)"
+    )
+    conformance.add_argument(
+        "--seed",
+        type=int,
+        default=2026,
+        help="seed of the mutations and keys: one seed, one run (default 2026)",
+    )
     conformance.add_argument("--session-trials", type=int, default=1000, help="trials per session-attack cell")
     conformance.add_argument("--json", action="store_true", help="print the matrix as JSON")
     conformance.set_defaults(handler=cmd_conformance)
@@ -446,12 +462,17 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     if args.trials < 1 or args.session_trials < 1:
         raise UsageError("--trials and --session-trials must be at least 1")
+    from countersign_cli.progress import Progress, table
+
+    total = len(Attack) * len(CONSTRUCTION_ORDER) + len(SessionAttack) * len(SESSION_CONSTRUCTIONS)
+    progress = Progress("conformance", total)
     started = time.perf_counter()
-    cells = run_matrix(args.trials, seed=args.seed)
+    cells = run_matrix(args.trials, seed=args.seed, progress=progress.step)
     elapsed = time.perf_counter() - started
     started = time.perf_counter()
-    session_cells = run_session_matrix(args.session_trials, seed=args.seed)
+    session_cells = run_session_matrix(args.session_trials, seed=args.seed, progress=progress.step)
     session_elapsed = time.perf_counter() - started
+    progress.done()
     mismatches = [c for c in cells if not c.matches] + [c for c in session_cells if not c.matches]
     if args.json:
         report: dict[str, Any] = {
@@ -488,36 +509,20 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report, indent=2))
     else:
+
+        def shown(cell: Any) -> str:
+            verdict = "A" if cell.expected_accepted else "R"
+            mark = "" if cell.matches else "!"
+            return f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}"
+
         by_key = {(c.attack, c.construction): c for c in cells}
-        width = max(len(a.value) for a in Attack)
-        header = f"{'attack (accepted/trials, Wilson 95% upper)':<{width}} | " + " | ".join(
-            f"{c.value:^18}" for c in CONSTRUCTION_ORDER
-        )
-        print(header)
-        print("-" * len(header))
-        for attack in Attack:
-            row = []
-            for construction in CONSTRUCTION_ORDER:
-                cell = by_key[(attack, construction)]
-                mark = "" if cell.matches else "!"
-                verdict = "A" if cell.expected_accepted else "R"
-                row.append(f"{verdict} {cell.accepted}/{cell.trials} ≤{100 * cell.wilson_upper:.2f}%{mark}".center(18))
-            print(f"{attack.value:<{width}} | " + " | ".join(row))
+        rows = [[a.value, *(shown(by_key[(a, c)]) for c in CONSTRUCTION_ORDER)] for a in Attack]
+        header = ["attack (accepted/trials, Wilson 95% upper)", *(c.value for c in CONSTRUCTION_ORDER)]
+        print("\n".join(table(header, rows)))
         sessions = {(c.attack, c.construction): c for c in session_cells}
         print()
-        title = f"{'session attack (closed required)':<{width}} | "
-        print(title + " | ".join(f"{c.value:^18}" for c in SESSION_CONSTRUCTIONS))
-        print("-" * len(header))
-        for session_attack in SessionAttack:
-            row = []
-            for construction in SESSION_CONSTRUCTIONS:
-                found = sessions[(session_attack, construction)]
-                mark = "" if found.matches else "!"
-                verdict = "A" if found.expected_accepted else "R"
-                row.append(
-                    f"{verdict} {found.accepted}/{found.trials} ≤{100 * found.wilson_upper:.2f}%{mark}".center(18)
-                )
-            print(f"{session_attack.value:<{width}} | " + " | ".join(row))
+        rows = [[a.value, *(shown(sessions[(a, c)]) for c in SESSION_CONSTRUCTIONS)] for a in SessionAttack]
+        print("\n".join(table(["session attack (closed required)", *(c.value for c in SESSION_CONSTRUCTIONS)], rows)))
         print(
             f"\n{len(session_cells)} session cells × {args.session_trials} trials in {session_elapsed:.1f} s "
             "(docs/spec.md section 17)."

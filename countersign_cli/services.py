@@ -22,29 +22,46 @@ if TYPE_CHECKING:
 
 # The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
 # parsers take at most (a path or statement of 1 MiB, spec section 10) with room for the other fields;
-# the verifier also takes the output bytes (at most 16 MiB).
-MAX_MESSAGE_BYTES = {"coordinator": 2 << 20, "signer": 2 << 20, "verifier": 18 << 20}
+# the verifier also takes output bytes (at most 1 MiB; larger outputs travel as their SHA-256) and holds
+# each of its methods to what it needs (verifier.daemon.METHOD_MESSAGE_BYTES).
+MAX_MESSAGE_BYTES = {"coordinator": 2 << 20, "signer": 2 << 20, "verifier": (2 << 20) + (16 << 10)}
+
+
+# What each admission statement does, in the operator's words (the statement kind is the wire name).
+STATEMENT_WORDS = {
+    StatementKind.ENROL_DEPLOYER: "admit a new deployer with its first signing key",
+    StatementKind.ADD_KEY: "add a signing key to a deployer (the first step of a rotation)",
+    StatementKind.RETIRE_KEY: "retire a deployer's key from a time on; what it signed before stays valid",
+    StatementKind.REVOKE_KEY: "revoke a compromised key: nothing it ever signed is trusted any more",
+}
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for daemon in ("coordinator", "signer", "verifier"):
         group = commands.add_parser(daemon, help=f"the {daemon} daemon")
         actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-        serve = actions.add_parser("serve", help=f"run the {daemon} (config file plus COUNTERSIGN_* environment)")
+        serve = actions.add_parser(
+            "serve", help=f"run the {daemon} (config file plus COUNTERSIGN_* environment)",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )  # fmt: skip
         serve.add_argument("--config", help="TOML configuration file")
         serve.set_defaults(handler=cmd_serve, daemon=daemon)
+        _list_settings_in_help(serve, daemon)
 
     pki = commands.add_parser("pki", help="a development PKI for mTLS between the daemons")
     pki_actions = pki.add_subparsers(dest="action", required=True, metavar="ACTION")
     init = pki_actions.add_parser("init", help="create a development CA (ca.pem, ca.key)")
-    init.add_argument("--out", required=True)
+    init.add_argument("--out", required=True, help="directory to create the CA in (refuses to overwrite one)")
     init.set_defaults(handler=cmd_pki_init)
     issue = pki_actions.add_parser("issue", help="issue a certificate for one daemon or client")
     issue.add_argument("--ca", required=True, help="directory holding ca.pem and ca.key")
-    issue.add_argument("--out", required=True)
+    issue.add_argument("--out", required=True, help="directory to write NAME.pem and NAME.key into")
     issue.add_argument("--name", required=True, help="file stem of the certificate and key")
     issue.add_argument(
-        "--role", required=True, choices=["signer", "runtime", "coordinator", "verifier", "client", "operator"]
+        "--role",
+        required=True,
+        choices=["signer", "runtime", "coordinator", "verifier", "client", "operator"],
+        help="what the certificate may do: the daemons check the role in its URI before each method",
     )
     issue.add_argument("--deployer", help="deployer id (signer and runtime roles)")
     issue.add_argument("--ip", action="append", default=[], help="extra IP address SAN (repeatable)")
@@ -57,7 +74,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     operator = commands.add_parser("operator", help="the operator's admission statements (signed offline)")
     op_actions = operator.add_subparsers(dest="action", required=True, metavar="ACTION")
     op_init = op_actions.add_parser("init", help="create the operator key (0600) and print its public key")
-    op_init.add_argument("--out", required=True)
+    op_init.add_argument("--out", required=True, help="operator key file to create (refuses to overwrite)")
     op_init.set_defaults(handler=cmd_operator_init)
     for action, kind in (
         ("enrol", StatementKind.ENROL_DEPLOYER),
@@ -65,16 +82,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("retire-key", StatementKind.RETIRE_KEY),
         ("revoke-key", StatementKind.REVOKE_KEY),
     ):
-        sub = op_actions.add_parser(action, help=f"sign and submit a {kind.value} statement")
+        sub = op_actions.add_parser(action, help=f"{STATEMENT_WORDS[kind]} (statement kind {kind.value})")
         sub.add_argument("--key", required=True, help="the operator key file")
-        sub.add_argument("--deployer", required=True)
+        sub.add_argument("--deployer", required=True, help="the deployer the statement is about")
         if kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
             sub.add_argument(
                 "--public-key", required=True, metavar="B64URL",
                 help="the deployer key's public key; write --public-key=KEY, since a key may begin with '-'",
             )  # fmt: skip
         else:
-            sub.add_argument("--key-id", required=True)
+            sub.add_argument("--key-id", required=True, help="the deployer's key (ed25519:...; see public-key)")
         if kind is not StatementKind.REVOKE_KEY:
             sub.add_argument(
                 "--at-ms", type=int, help="valid from (enrol, add-key; default now) or retired at (retire-key)"
@@ -82,6 +99,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         sub.add_argument("--note", help="free text recorded in the statement")
         sub.add_argument("--out", help="offline: write the signed statement here instead of submitting it")
         sub.add_argument("--log", help="offline: the current registry-log.json (registry export) to chain onto")
+        sub.add_argument(
+            "--first", action="store_true",
+            help="offline: this is the registry's first statement (no log exists yet; instead of --log)",
+        )  # fmt: skip
         add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
     endorse = op_actions.add_parser(
@@ -185,6 +206,35 @@ def transport_hint(insecure_loopback: bool, message: str) -> str:
     )
 
 
+def config_class(daemon: str) -> type[Any]:
+    """The configuration dataclass of ``daemon`` (imports the daemon, so only when asked for)."""
+    if daemon == "coordinator":
+        from coordinator.daemon import CoordinatorConfig
+
+        return CoordinatorConfig
+    if daemon == "signer":
+        from signer.daemon import SignerConfig
+
+        return SignerConfig
+    from verifier.daemon import VerifierConfig
+
+    return VerifierConfig
+
+
+def _list_settings_in_help(parser: argparse.ArgumentParser, daemon: str) -> None:
+    """``serve --help`` ends with the daemon's settings, read from its configuration when the help is
+    shown: building the parser must not import the daemons (``countersign --help`` runs on the core)."""
+    plain = parser.format_help
+
+    def with_settings() -> str:
+        from countersign_cli.settings_help import epilog
+
+        parser.epilog = epilog(config_class(daemon))
+        return plain()
+
+    parser.format_help = with_settings  # type: ignore[method-assign]
+
+
 # --- serve -------------------------------------------------------------------------------------
 
 
@@ -193,6 +243,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from countersign._daemon.server import run_daemon, worker_count
 
     daemon: Any
+    method_limits = None
     try:
         if args.daemon == "coordinator":
             from coordinator.daemon import CoordinatorConfig, CoordinatorDaemon
@@ -205,10 +256,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = load_config(SignerConfig, args.config)
             daemon = SignerDaemon(config)
         else:
-            from verifier.daemon import VerifierConfig, VerifierDaemon
+            from verifier.daemon import METHOD_MESSAGE_BYTES, VerifierConfig, VerifierDaemon
 
             config = load_config(VerifierConfig, args.config)
             daemon = VerifierDaemon(config)
+            method_limits = METHOD_MESSAGE_BYTES
         return run_daemon(
             args.daemon,
             daemon,
@@ -222,6 +274,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_workers=worker_count(getattr(config, "max_workers", 0)) + getattr(config, "max_lanes", 0),
             limits=config.limits,
             max_message_bytes=config.limits.max_message_bytes or MAX_MESSAGE_BYTES[args.daemon],
+            method_limits=method_limits,
         )
     except (ConfigError, SignerError) as exc:
         raise UsageError(f"bad configuration: {exc}") from None
@@ -321,6 +374,8 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         raise UsageError("--at-ms is required for retire-key")
     if args.out:
         return _sign_offline(args, operator, key_id, public_key, at_ms)
+    if args.first or args.log:
+        raise UsageError("--first and --log are for signing offline: give --out too")
     if not args.coordinator:
         raise UsageError("give --coordinator (sign and submit) or --log and --out (sign offline)")
     client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), operator)
@@ -330,7 +385,8 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         raise UsageError(f"coordinator refused: {getattr(exc, 'code', '')} {exc}") from None
     finally:
         client.close()
-    print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest(), "kind": args.kind.value}))
+    answer = {"sequence": signed.statement.sequence, "digest": signed.digest(), "kind": args.kind.value}
+    print(json.dumps({**answer, "what": STATEMENT_WORDS[args.kind]}))
     return EXIT_OK
 
 
@@ -350,9 +406,15 @@ def _sign_offline(
     args: argparse.Namespace, operator: Signer, key_id: str, public_key: str | None, at_ms: int | None
 ) -> int:
     """Sign the next statement on a machine with no connection; submit it later with ``operator submit``."""
-    if not args.log:
-        raise UsageError("--out needs --log: the current registry-log.json, to chain the statement onto its head")
-    log = _read_log(args.log, operator)
+    if args.first and args.log:
+        raise UsageError("--first and --log exclude each other: --first starts a registry, --log extends one")
+    if not args.log and not args.first:
+        raise UsageError(
+            "--out needs --log (the current registry-log.json, to chain the statement onto its head), "
+            "or --first for the registry's first statement"
+        )
+    # The first statement chains onto the empty log, as the coordinator's empty registry does.
+    log = AdmissionLog(PublicKey(operator.public_key)) if args.first else _read_log(args.log, operator)
     statement = log.next_statement(
         args.kind, args.deployer, key_id, issued_ms=time.time_ns() // 1_000_000, public_key=public_key,
         at_ms=at_ms, note=args.note,
@@ -363,11 +425,8 @@ def _sign_offline(
     except CountersignError as exc:
         raise UsageError(f"{getattr(exc, 'code', '')}: {exc}") from None
     Path(args.out).write_bytes(signed.to_bytes())
-    print(
-        json.dumps(
-            {"sequence": statement.sequence, "digest": signed.digest(), "kind": args.kind.value, "out": args.out}
-        )
-    )
+    answer = {"sequence": statement.sequence, "digest": signed.digest(), "kind": args.kind.value}
+    print(json.dumps({**answer, "what": STATEMENT_WORDS[args.kind], "out": args.out}))
     return EXIT_OK
 
 

@@ -38,6 +38,7 @@ from countersign.verify import (
     MAX_CLOCK_SKEW_MS,
     SERIAL,
     Mode,
+    OutputDigest,
     SignatureBatch,
     VerifierPolicy,
     malformed_result,
@@ -49,7 +50,18 @@ from verifier.verdict_log import Revalidator, VerdictLogMetrics, VerdictRecorder
 
 log = logging.getLogger("countersign.verifier")
 MAX_SIGNATURE_THREADS = 16
-MAX_OUTPUT_BYTES = 16 << 20
+# Output bytes sent whole (ADR 0027): larger outputs are presented by their SHA-256 (output_sha256),
+# which the SDK always does, so no request needs more than a path and this.
+MAX_OUTPUT_BYTES = 1 << 20
+# What each method needs at most: VerifyPath(s) a path of 1 MiB (a longer one is a MALFORMED verdict
+# up to this bound) and the output, with 16 KiB for the other fields; Impact only names and numbers.
+VERIFY_MESSAGE_BYTES = MAX_INPUT_BYTES + MAX_OUTPUT_BYTES + (16 << 10)
+METHOD_MESSAGE_BYTES = {
+    "/countersign.v1.Verifier/VerifyPath": VERIFY_MESSAGE_BYTES,
+    "/countersign.v1.Verifier/VerifyPaths": VERIFY_MESSAGE_BYTES,
+    "/countersign.v1.Verifier/Impact": 16 << 10,
+}
+OUTPUT_SHA256_BYTES = 32
 MAX_REQUEST_ID = 128
 MAX_VERDICT_RETENTION_MS = 10 * 366 * 86_400_000
 
@@ -281,8 +293,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
         request_id = self._request_id(request.request_id, context)
         consumer_policy = self._consumer_policy(request.policy)
-        if len(request.output) > MAX_OUTPUT_BYTES:
-            raise ServiceError("INVALID_ARGUMENT", "output exceeds 16 MiB", grpc.StatusCode.INVALID_ARGUMENT)
+        output = self._output(request)
         path: Path | None = None
         registry, fresh = self._follower.view()
         if not fresh:
@@ -300,7 +311,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             else:
                 try:
                     result = verify_path(
-                        path, request.output, registry=registry, state=self._state, mode=mode,
+                        path, output, registry=registry, state=self._state, mode=mode,
                         now_ms=now_ms(), policy=self._policy, request_id=request_id, signatures=self._signatures,
                         consumer_policy=consumer_policy, prefix_cache=self._prefix_cache,
                     )  # fmt: skip
@@ -312,6 +323,27 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         self._metrics.verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
         self._metrics.latency.labels(mode.value).observe(time.perf_counter() - started)
         return response_message(result, registry.sequence)
+
+    @staticmethod
+    def _output(request: verifier_pb2.VerifyPathRequest) -> bytes | OutputDigest:
+        """The output as presented: its bytes, or exactly one SHA-256 instead of them."""
+        if request.output_sha256:
+            if request.output:
+                raise ServiceError(
+                    "INVALID_ARGUMENT", "send output or output_sha256, not both", grpc.StatusCode.INVALID_ARGUMENT
+                )
+            if len(request.output_sha256) != OUTPUT_SHA256_BYTES:
+                raise ServiceError(
+                    "INVALID_ARGUMENT", f"output_sha256 must be {OUTPUT_SHA256_BYTES} bytes",
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                )  # fmt: skip
+            return OutputDigest(request.output_sha256)
+        if len(request.output) > MAX_OUTPUT_BYTES:
+            raise ServiceError(
+                "INVALID_ARGUMENT", f"output exceeds {MAX_OUTPUT_BYTES >> 20} MiB: send its SHA-256 as output_sha256",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )  # fmt: skip
+        return request.output
 
     def _consumer_policy(self, name: str) -> ConsumerPolicy | None:
         """The named policy the request chose (empty: none). An unknown name is the caller's error."""

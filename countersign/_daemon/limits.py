@@ -46,6 +46,9 @@ class LimitsConfig:
     # Largest request message accepted, in bytes; 0 takes the daemon's own default (what its parsers
     # accept at most, with room for the message's other fields).
     max_message_bytes: int = 0
+    # Request bytes all handlers may hold parsed at once (countersign._daemon.server.ReceiveBudget);
+    # 0: four of the daemon's largest messages. A large request beyond it is refused, retryable.
+    receive_budget_bytes: int = 0
 
     def validate(self) -> None:
         if not 1 <= self.streams_per_peer <= self.streams_total:
@@ -56,6 +59,8 @@ class LimitsConfig:
             raise ConfigError("limits.requests_per_second_per_peer and limits.burst_per_peer must be positive")
         if not 0 <= self.max_message_bytes <= 64 << 20:
             raise ConfigError("limits.max_message_bytes must be between 0 and 64 MiB")
+        if not 0 <= self.receive_budget_bytes <= 1 << 30:
+            raise ConfigError("limits.receive_budget_bytes must be between 0 and 1 GiB")
 
 
 class _Bucket:

@@ -6,7 +6,8 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
@@ -20,12 +21,14 @@ from countersign._daemon.config import parse_address
 from countersign._daemon.edge import abort
 from countersign._daemon.limits import LimitsConfig, PeerLimits
 from countersign._daemon.logs import setup_logging, stop_logging
+from countersign._daemon.memory import MemoryTrimmer
 from countersign._daemon.tls import server_credentials
 from countersign.client.errors import ServiceError
 from countersign.client.tls import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, TlsConfig
 from countersign.errors import ConfigError
 
 log = logging.getLogger("countersign.service")
+SMALL_MESSAGE_BYTES = 64 << 10  # health and reflection requests, and methods that take only names
 
 
 class Daemon(Protocol):
@@ -54,12 +57,88 @@ class _Undecodable:
         self.error = error
 
 
-def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+class _Refused:
+    """A request refused before parsing: over its method's size limit, or over the receive budget."""
+
+    def __init__(self, error: ServiceError) -> None:
+        self.error = error
+
+
+class ReceiveBudget:
+    """The request bytes all handlers may hold at once (``[limits] receive_budget_bytes``).
+
+    A sync gRPC server receives a whole message before its handler runs, on every thread of its pool
+    (a verifier has about 200), and the handler's parsing takes several times the message's size
+    again. A message of at least ``threshold`` bytes takes its size from the budget before it is
+    parsed and gives it back when its call ends (a stream's: when the next message is asked for);
+    beyond the budget it is refused ``RESOURCE_EXHAUSTED``, retryable, before parsing, so a burst of
+    large requests costs at most the budget in parsed form (ADR 0027). Smaller messages are free.
+    """
+
+    def __init__(self, capacity: int, threshold: int = 64 << 10) -> None:
+        self.capacity = capacity
+        self.threshold = threshold
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def take(self, size: int) -> Callable[[], None] | None:
+        """Reserve ``size`` bytes; the release (call it once or more), or None when over budget."""
+        if size < self.threshold:
+            return _nothing
+        with self._lock:
+            if self._held + size > self.capacity:
+                return None
+            self._held += size
+        done = threading.Lock()
+
+        def release() -> None:
+            if done.acquire(blocking=False):
+                with self._lock:
+                    self._held -= size
+
+        return release
+
+
+def _nothing() -> None:
+    pass
+
+
+class _Received:
+    """A parsed request holding its share of the receive budget until its call is done with it."""
+
+    __slots__ = ("message", "release")
+
+    def __init__(self, message: Any, release: Callable[[], None]) -> None:
+        self.message = message
+        self.release = release
+
+    def __del__(self) -> None:  # a backstop: a call refused before its handler ran still gives it back
+        self.release()
+
+
+def _tolerant(
+    deserializer: Callable[[bytes], Any], limit: int, budget: ReceiveBudget | None, method: str
+) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
+        if len(data) > limit:
+            error = f"{method} takes requests of at most {limit} bytes"
+            return _Refused(ServiceError("RESOURCE_EXHAUSTED", error, grpc.StatusCode.RESOURCE_EXHAUSTED))
+        release = _nothing if budget is None else budget.take(len(data))
+        if release is None:
+            error = "too many large requests at once; retry"
+            return _Refused(
+                ServiceError("RESOURCE_EXHAUSTED", error, grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True)
+            )
         try:
-            return deserializer(data)
+            message = deserializer(data)
         except Exception as exc:  # protobuf's DecodeError, also for bad UTF-8 in a string field
+            release()
             return _Undecodable(exc)
+        return message if release is _nothing else _Received(message, release)
 
     return parse
 
@@ -69,20 +148,39 @@ def _refuse_undecodable(context: grpc.ServicerContext, what: str, request: _Unde
     abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
 
 
+def _unwrapped(request: Any, context: grpc.ServicerContext, what: str) -> tuple[Any, Callable[[], None]]:
+    """The parsed message and its budget release, or the typed refusal of what could not be parsed."""
+    if isinstance(request, _Received):
+        return request.message, request.release
+    if isinstance(request, _Undecodable):
+        _refuse_undecodable(context, what, request)
+    if isinstance(request, _Refused):
+        abort(context, request.error)
+    return request, _nothing
+
+
 def _refusing(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[[Any, grpc.ServicerContext], Any]:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
-        if isinstance(request, _Undecodable):
-            _refuse_undecodable(context, "the request", request)
-        return behaviour(request, context)
+        message, release = _unwrapped(request, context, "the request")
+        del request
+        try:
+            return behaviour(message, context)
+        finally:  # a response stream has parsed its request by now; the answers hold no budget
+            release()
 
     return handle
 
 
 def _checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-    for request in requests:
-        if isinstance(request, _Undecodable):
-            _refuse_undecodable(context, "a message on the stream", request)
-        yield request
+    release = _nothing
+    try:
+        for request in requests:
+            release()  # the previous message is answered: its bytes go back before the next is parsed
+            message, release = _unwrapped(request, context, "a message on the stream")
+            del request
+            yield message
+    finally:
+        release()
 
 
 Behaviour = Callable[[Any, grpc.ServicerContext], Any]
@@ -98,10 +196,19 @@ def _refusing_stream(behaviour: Behaviour) -> Behaviour:
 class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
     """Answer a request (or a message on a request stream) that does not parse with INVALID_ARGUMENT.
     Left to gRPC it would be INTERNAL (which means a bug) and log an error with a traceback for what
-    is only bad client input."""
+    is only bad client input. Also holds each method to its own size limit (``limits``: full method
+    name -> bytes; others ``default_limit``) and large messages to the receive budget."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        limits: Mapping[str, int] | None = None,
+        default_limit: int = MAX_MESSAGE_BYTES,
+        budget: ReceiveBudget | None = None,
+    ) -> None:
         self._wrapped: dict[int, Any] = {}  # per handler object: wrap once, not on every call
+        self._limits = dict(limits or {})
+        self._default_limit = default_limit
+        self._budget = budget
 
     def intercept_service(
         self, continuation: Callable[[Any], Any], handler_call_details: grpc.HandlerCallDetails
@@ -119,8 +226,10 @@ class DecodeGuard(grpc.ServerInterceptor):  # type: ignore[misc]
         else:
             method = "unary_stream" if handler.response_streaming else "unary_unary"
             refusing = _refusing
+        name = handler_call_details.method
+        limit = self._limits.get(name, self._default_limit)
         wrapped = handler._replace(
-            request_deserializer=_tolerant(handler.request_deserializer),
+            request_deserializer=_tolerant(handler.request_deserializer, limit, self._budget, name),
             **{method: refusing(getattr(handler, method))},
         )
         self._wrapped[key] = (handler, wrapped)
@@ -148,23 +257,37 @@ def create_server(
     limits: LimitsConfig | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     metrics_registry: prometheus_client.CollectorRegistry | None = None,
+    method_limits: Mapping[str, int] | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Build and start a server bound to ``listen`` (port 0 picks a free port); return it with its port.
 
     The pool holds ``max_workers`` threads for unary calls plus one per stream ``limits`` lets open
     (``countersign._daemon.limits``), so open streams never take the threads unary calls need.
+    ``method_limits`` (full method name -> bytes) holds each listed method to what it needs, and every
+    other method (health, reflection) to ``SMALL_MESSAGE_BYTES``; without it every method takes up to
+    ``max_message_bytes``, which caps them all in either case.
     """
     parse_address(listen, "listen")
     limits = limits or LimitsConfig()
     workers = worker_count(max_workers)
+    if method_limits is None:
+        per_method: dict[str, int] = {}
+        default_limit = max_message_bytes
+    else:
+        per_method = {name: min(size, max_message_bytes) for name, size in method_limits.items()}
+        default_limit = min(SMALL_MESSAGE_BYTES, max_message_bytes)
+    # gRPC refuses beyond this before a handler runs; the per-method limits are checked before parsing.
+    receive_limit = max([default_limit, *per_method.values()])
     options = [
         *[(name, value) for name, value in CHANNEL_OPTIONS if name != "grpc.max_receive_message_length"],
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", receive_limit),
     ]
+    configured = limits.receive_budget_bytes
+    budget = ReceiveBudget(max(configured, receive_limit) if configured else 4 * receive_limit)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=workers + limits.streams_total),
         options=options,
-        interceptors=[PeerLimits(limits, metrics_registry), DecodeGuard()],
+        interceptors=[PeerLimits(limits, metrics_registry), DecodeGuard(per_method, default_limit, budget)],
         # A bound on calls queued for a thread, so a flood of unary calls cannot grow without limit.
         maximum_concurrent_rpcs=limits.streams_total + 16 * workers,
     )
@@ -226,19 +349,22 @@ def run_daemon(
     max_workers: int = 0,
     limits: LimitsConfig | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    method_limits: Mapping[str, int] | None = None,
 ) -> int:
     """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
     logging_thread = setup_logging(name, log_level)
     stop = StopSignals()
     server, port, health_servicer = create_server(
         listen, tls, daemon.register, max_workers=max_workers, limits=limits,
-        max_message_bytes=max_message_bytes, metrics_registry=metrics_registry,
+        max_message_bytes=max_message_bytes, metrics_registry=metrics_registry, method_limits=method_limits,
     )  # fmt: skip
     httpd = None
     metrics_port = 0
     if metrics_listen:
         httpd, metrics_port = start_metrics(metrics_listen, metrics_registry)
     daemon.start()
+    trimmer = MemoryTrimmer()
+    trimmer.start()
     if ready_file:
         write_ready_file(ready_file, {"grpc_port": port, "metrics_port": metrics_port, "pid": os.getpid()})
     log.info(
@@ -253,6 +379,7 @@ def run_daemon(
         stopping()
     server.stop(grace_s).wait()
     daemon.close()
+    trimmer.stop()
     if httpd is not None:
         httpd.shutdown()
     log.info("stopped")

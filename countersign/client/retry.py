@@ -34,6 +34,7 @@ from countersign.client.signer import SignerClient
 from countersign.client.verifier import VerifierClient, new_request_id
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path
+from countersign.verify import OutputDigest
 
 RETRYABLE_CODES = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "STATE_UNAVAILABLE", "PARENT_UNREACHABLE", "REGISTRY_STALE"}
@@ -95,7 +96,7 @@ class VerifyOutcome:
 def verify_with_failover(
     clients: Sequence[VerifierClient],
     path: Path | bytes,
-    output: bytes,
+    output: bytes | OutputDigest,
     policy: RetryPolicy,
     *,
     audit: bool = False,

@@ -51,7 +51,7 @@ from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path, parse_json
 from countersign.registry import Registry
 from countersign.state import InMemoryState, VerifierState
-from countersign.verify import DEFAULT_POLICY, Mode, VerifierPolicy, malformed_result
+from countersign.verify import DEFAULT_POLICY, Mode, OutputDigest, VerifierPolicy, malformed_result
 from countersign.verify import verify_path as core_verify_path
 
 ENV_SIGNER = "COUNTERSIGN_SIGNER"
@@ -444,7 +444,7 @@ def load_registry(location: str) -> Registry:
 
 def verify_offline(
     path: Path | bytes,
-    output: bytes,
+    output: bytes | OutputDigest,
     registry: Registry,
     *,
     audit: bool = False,
@@ -495,7 +495,7 @@ def _where(
 
 def verify_path(
     path: Path | bytes,
-    output: bytes,
+    output: bytes | OutputDigest,
     *,
     verifier: VerifierClient | str | None = None,
     registry: Registry | str | None = None,
@@ -505,7 +505,9 @@ def verify_path(
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> PathVerdict:
-    """Check ``path`` (a Path, or its bytes as received) for the exact ``output`` bytes.
+    """Check ``path`` (a Path, or its bytes as received) for the exact ``output`` bytes (or their
+    :class:`~countersign.verify.OutputDigest`). Online, only the output's SHA-256 is sent, hashed in
+    this process whatever the output's size (ADR 0027).
 
     Online with ``verifier`` (a :class:`VerifierClient`, or a host:port reached with ``tls``, default
     :func:`tls_from_env`); offline with ``registry`` (a :class:`countersign.registry.Registry` or a
@@ -528,7 +530,7 @@ def verify_path(
 
 async def averify_path(
     path: Path | bytes,
-    output: bytes,
+    output: bytes | OutputDigest,
     *,
     verifier: AsyncVerifierClient | str | None = None,
     registry: Registry | str | None = None,

@@ -15,6 +15,7 @@ from countersign.client.results import VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
+from countersign.verify import OutputDigest
 
 
 def new_request_id() -> str:
@@ -29,11 +30,16 @@ def _key(request_id: str | None) -> str:
 
 
 def _request(
-    path: Path | bytes, output: bytes, audit: bool, request_id: str, policy: str
+    path: Path | bytes, output: bytes | OutputDigest, audit: bool, request_id: str, policy: str
 ) -> verifier_pb2.VerifyPathRequest:
     mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
     data = path.to_bytes() if isinstance(path, Path) else path
-    return verifier_pb2.VerifyPathRequest(path=data, output=output, mode=mode, request_id=request_id, policy=policy)
+    # The output never travels (ADR 0027): its SHA-256, hashed here, gets the verdict its bytes would,
+    # in a request of the same small size whatever the output's.
+    digest = output if isinstance(output, OutputDigest) else OutputDigest.of(output)
+    return verifier_pb2.VerifyPathRequest(
+        path=data, output_sha256=digest.sha256, mode=mode, request_id=request_id, policy=policy
+    )
 
 
 def _attribution(message: common_pb2.Attribution, registry_sequence: int) -> Attribution:
@@ -95,7 +101,7 @@ class VerifierClient:
     def verify(
         self,
         path: Path | bytes,
-        output: bytes,
+        output: bytes | OutputDigest,
         *,
         audit: bool = False,
         timeout_s: float = 10.0,
@@ -103,13 +109,15 @@ class VerifierClient:
         policy: str = "",
     ) -> VerifierVerdict:
         """The verifier's verdict on ``path`` (a Path, or its bytes as received) for the exact
-        ``output`` bytes. Accept mode consumes the leaf nonce, so a second presentation is
-        ``NONCE_REPLAYED``; ``audit=True`` checks without consuming. ``request_id``: the idempotency key
-        of this logical request (docs/api.md); by default a fresh random 128-bit one, returned as
-        the verdict's ``request_id``: pass it again to retry this request after a lost answer (the
-        answer is then marked ``retry_of_ms``); ``""`` sends none. ``policy``: the name of a consumer policy
-        configured on the verifier (spec section 16; empty: none). A rejected path is a verdict, not an error;
-        raises ServiceError when the verifier refuses the request or cannot be reached."""
+        ``output`` bytes, or their :class:`~countersign.verify.OutputDigest` (the client always sends
+        only the SHA-256, hashing bytes locally; ADR 0027). Accept mode consumes the leaf nonce, so a
+        second presentation is ``NONCE_REPLAYED``; ``audit=True`` checks without consuming.
+        ``request_id``: the idempotency key of this logical request (docs/api.md); by default a fresh
+        random 128-bit one, returned as the verdict's ``request_id``: pass it again to retry this request
+        after a lost answer (the answer is then marked ``retry_of_ms``); ``""`` sends none. ``policy``: the
+        name of a consumer policy configured on the verifier (spec section 16; empty: none). A rejected path
+        is a verdict, not an error; raises ServiceError when the verifier refuses the request or cannot be
+        reached."""
         ask = self._lanes.ask if self._lanes is not None else self._unary
         key = _key(request_id)
         return replace(_verdict(ask(_request(path, output, audit, key, policy), timeout_s)), request_id=key)
@@ -144,7 +152,7 @@ class AsyncVerifierClient:
     async def verify(
         self,
         path: Path | bytes,
-        output: bytes,
+        output: bytes | OutputDigest,
         *,
         audit: bool = False,
         timeout_s: float = 10.0,

@@ -324,7 +324,9 @@ def test_out_of_range_fields(mesh: LocalMesh, raw: Raw, known: Known, still_serv
     cases: list[tuple[str, object]] = [
         ("VerifyPath", verifier_pb2.VerifyPathRequest(path=path, output=output, mode=7)),
         ("VerifyPath", verifier_pb2.VerifyPathRequest(path=path, output=output, mode=-1)),
-        ("VerifyPath", verifier_pb2.VerifyPathRequest(path=path, output=b"x" * ((16 << 20) + 1))),
+        ("VerifyPath", verifier_pb2.VerifyPathRequest(path=path, output=b"x" * ((1 << 20) + 1))),
+        ("VerifyPath", verifier_pb2.VerifyPathRequest(path=path, output=b"x", output_sha256=bytes(32))),
+        ("VerifyPath", verifier_pb2.VerifyPathRequest(path=path, output_sha256=bytes(31))),
         ("IssueRoot", _root_request(ttl_ms=-5)),
         ("IssueRoot", _root_request(max_children=1 << 20)),
         ("IssueRoot", _root_request(event="bogus")),

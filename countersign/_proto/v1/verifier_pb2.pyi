@@ -66,10 +66,11 @@ class VerifyPathRequest(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    OUTPUT_SHA256_FIELD_NUMBER: _builtins.int
     path: _builtins.bytes
     """path JSON (docs/spec.md)"""
     output: _builtins.bytes
-    """the exact output bytes"""
+    """the exact output bytes (at most 1 MiB here; larger: output_sha256)"""
     mode: Global___VerifyPathRequest.Mode.ValueType
     request_id: _builtins.str
     """Optional idempotency key (1 to 128 printable ASCII characters), chosen by the client for each
@@ -83,6 +84,11 @@ class VerifyPathRequest(_message.Message):
     REJECT CONSUMER_POLICY_VIOLATION and consumes nothing. Empty: no consumer policy. A name the
     verifier does not know is INVALID_ARGUMENT.
     """
+    output_sha256: _builtins.bytes
+    """The output's SHA-256 (32 bytes) instead of its bytes (ADR 0027), so that an output of any size
+    need not travel: the verdict is the one the bytes would get. When set, `output` must be empty;
+    any other length is INVALID_ARGUMENT. The SDK always sends this and keeps the bytes local.
+    """
     def __init__(
         self,
         *,
@@ -91,10 +97,11 @@ class VerifyPathRequest(_message.Message):
         mode: Global___VerifyPathRequest.Mode.ValueType = ...,
         request_id: _builtins.str = ...,
         policy: _builtins.str = ...,
+        output_sha256: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "output", b"output", "path", b"path", "policy", b"policy", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "output", b"output", "output_sha256", b"output_sha256", "path", b"path", "policy", b"policy", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

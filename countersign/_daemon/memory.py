@@ -1,0 +1,98 @@
+"""Give freed heap back to the system, so a burst of large requests does not leave RSS high.
+
+gRPC's core and CPython allocate through glibc's malloc. After a burst of large requests (refused at
+the size limit or answered) the buffers are freed, but glibc keeps freed memory inside its arenas,
+one per thread that allocated (up to eight per core): measured on a daemon after 56 concurrent
+22 MiB requests, RSS stayed at about three times idle for good (ADR 0027). ``malloc_trim(0)`` walks
+every arena and returns its free pages. A trimmer thread calls it once a second, only while the
+resident set is more than 8 MiB above the lowest seen after a trim (reading ``/proc/self/statm``
+costs a few microseconds), so an idle daemon does no work; while trims give nothing back (the memory
+is in use) it asks less often, down to every 32 s. Where glibc is not the C library the trimmer does
+nothing (musl returns freed memory by itself).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger("countersign.service")
+
+TRIM_INTERVAL_S = 1.0
+GROWTH_BEFORE_TRIM = 8 << 20  # bytes of RSS above the idle size that make a trim worth trying
+HELPED_BYTES = 1 << 20  # a trim that returned less found the memory in use
+MAX_BACKOFF = 32
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def resident_bytes() -> int:
+    """This process's resident set now (``/proc/self/statm``, second field, in pages)."""
+    with open("/proc/self/statm", "rb") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class MemoryTrimmer:
+    """A daemon thread returning freed heap to the system after RSS grew (see the module docstring)."""
+
+    def __init__(self, interval_s: float = TRIM_INTERVAL_S) -> None:
+        self._trim = _malloc_trim()
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.trims = 0
+
+    @property
+    def available(self) -> bool:
+        return self._trim is not None
+
+    def trim_now(self) -> int:
+        """Trim once; return the resident set after it."""
+        if self._trim is not None:
+            self._trim(0)
+            self.trims += 1
+        return resident_bytes()
+
+    def start(self) -> None:
+        if self._trim is None or not os.path.exists("/proc/self/statm"):
+            return
+        self._thread = threading.Thread(target=self._run, name="memory-trimmer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        floor = self.trim_now()  # the lowest resident set seen after a trim: the daemon's idle size
+        wait_s = self._interval_s
+        while not self._stop.wait(wait_s):
+            try:
+                before = resident_bytes()
+                if before <= floor + GROWTH_BEFORE_TRIM:
+                    wait_s = self._interval_s
+                    continue
+                after = self.trim_now()
+                floor = min(floor, after)
+                # A trim that gave nothing back means the memory is in use: ask less often (up to
+                # every MAX_BACKOFF intervals) until one helps again.
+                helped = before - after >= HELPED_BYTES
+                wait_s = self._interval_s if helped else min(wait_s * 2, self._interval_s * MAX_BACKOFF)
+            except OSError as exc:  # /proc vanished (a sandbox): stop trimming, keep serving
+                log.warning("memory trimming stopped", extra={"error": str(exc)})
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

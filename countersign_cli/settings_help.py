@@ -1,0 +1,106 @@
+"""What ``countersign <daemon> serve --help`` lists: every setting of the daemon's configuration, its
+environment variable, default and meaning (docs/operations.md says more about each)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# One line per setting; a key of a table is "table.key". Kept beside the configuration dataclasses by
+# tests/core/test_cli_help.py, which fails on a setting without a meaning here.
+MEANINGS = {
+    "operator_public_key": "the pinned operator key (base64url); nothing else can admit a deployer",
+    "listen": "gRPC address host:port (port 0 picks a free port)",
+    "metrics_listen": "Prometheus endpoint host:port; empty disables it",
+    "ready_file": "written atomically once serving: {grpc_port, metrics_port, pid}",
+    "log_level": "debug, info, warning or error; JSON lines on stderr",
+    "max_workers": "handler threads for calls (0: two per usable CPU where that applies)",
+    "heartbeat_ms": "heartbeat interval of the registry watch stream",
+    "log_store": "where the registry log lives: sqlite:///path or postgresql://...?schema=...",
+    "coordinator": "host:port of the coordinator (the registry stream)",
+    "registry_cache": "file keeping the verified copy of the registry log across restarts",
+    "staleness_ms": "past this long without a trusted registry update, refuse (signer) or REGISTRY_STALE (verifier)",
+    "clock_skew_ms": "milliseconds other clocks may be off when checking records' times",
+    "deployer": "this signer's deployer id",
+    "signer_key": "the signing key: file:/path/key.jwk (mode 0600) or awskms:<key>",
+    "state_url": "the signer's durable state: sqlite:///path (relative to the working directory)",
+    "allowed_children": "deployers this one may delegate to (empty: none across deployers)",
+    "max_depth": "deepest path this signer extends",
+    "max_ttl_ms": "longest lifetime of a record it issues",
+    "max_grant_ttl_ms": "longest lifetime of a delegation grant it opens",
+    "max_session_outputs": "receipts per session (ADR 0018)",
+    "cosign_timeout_ms": "how long a delegation waits on the parent's signer to co-sign",
+    "lanes_per_peer": "lanes accepted from each peer signer and runtime connection, and opened to each parent",
+    "lane_idle_ms": "a co-signing lane idle this long is closed",
+    "store_url": "the verifier's durable state: sqlite:///..., postgresql://... or dynamodb://table?region=...",
+    "allow_baselines": "also accept NO-CHAIN, HASH-ONLY and NAIVE-SIG paths (comparison only; unsafe)",
+    "collect_interval_ms": "how often expired nonces, child sets and old verdicts are collected",
+    "lanes_per_client": "verification lanes per client connection",
+    "max_lanes": "verification lanes in all (each holds a handler thread)",
+    "signature_threads": "threads that may check one path's signatures side by side (ADR 0009)",
+    "policies": "named consumer policies: name -> policy file or inline JSON (spec section 16)",
+    "verdict_log": "log every verdict answered (ADR 0015); false also turns Impact off",
+    "verdict_retention_ms": "how long logged verdicts are kept",
+    "verdict_log_max_rows": "logged verdicts kept at most (the oldest go first)",
+    "limits.streams_per_peer": "streaming calls one client identity may hold open",
+    "limits.streams_total": "streaming calls open in all",
+    "limits.requests_per_second_per_peer": "calls (and stream messages) per second one identity may make",
+    "limits.burst_per_peer": "how far above that rate a burst may go",
+    "limits.max_message_bytes": "largest request message (0: the daemon's own per-method limits)",
+    "limits.receive_budget_bytes": "large request bytes parsed at once (0: four of the largest messages)",
+    "tls.ca": "CA certificate file (PEM) that every peer's certificate must chain to",
+    "tls.cert": "this daemon's certificate file (PEM)",
+    "tls.key": "this daemon's private key file (PEM, unencrypted)",
+    "tls.ca_pem": "the CA certificate inline, instead of tls.ca",
+    "tls.cert_pem": "the certificate inline, instead of tls.cert",
+    "tls.key_pem": "the private key inline, instead of tls.key",
+    "tls.insecure_loopback": "plaintext; refused unless every address is loopback",
+}
+
+
+def settings(config_class: type[Any]) -> list[tuple[str, str, str]]:
+    """Every setting of ``config_class`` (tables flattened to ``table.key``): name, environment
+    variable and default."""
+    rows: list[tuple[str, str, str]] = []
+    for field in dataclasses.fields(config_class):
+        default = _default(field)
+        if isinstance(default, type) and dataclasses.is_dataclass(default):
+            rows += [(f"{field.name}.{name}", env, value) for name, env, value in _table(field.name, default)]
+            continue
+        rows.append((field.name, "COUNTERSIGN_" + field.name.upper(), _shown(default)))
+    return rows
+
+
+def _table(table: str, cls: type[Any]) -> list[tuple[str, str, str]]:
+    return [
+        (f.name, f"COUNTERSIGN_{table.upper()}_{f.name.upper()}", _shown(_default(f))) for f in dataclasses.fields(cls)
+    ]
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        made = field.default_factory()
+        return type(made) if dataclasses.is_dataclass(made) else made
+    return dataclasses.MISSING
+
+
+def _shown(value: Any) -> str:
+    if value is dataclasses.MISSING:
+        return "required"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value in ("", {}, []):
+        return "empty"
+    return str(value)
+
+
+def epilog(config_class: type[Any]) -> str:
+    rows = settings(config_class)
+    width = max(len(name) for name, _, _ in rows)
+    lines = ["settings (TOML keys; [table] keys as table.key; each also COUNTERSIGN_<KEY> in the environment):"]
+    for name, _env, default in rows:
+        lines.append(f"  {name:<{width}}  {MEANINGS.get(name, '')} (default: {default})")
+    lines.append("More in docs/operations.md.")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""`countersign demo --keep-running` (`make mesh`) leaves the local mesh up, so the README's
+`countersign verify --verifier` example can be tried without Docker; SIGTERM stops it cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.daemons, pytest.mark.slow]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_kept_mesh_verifies_remotely_and_stops_cleanly(tmp_path: Path) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "countersign_cli", "demo", "--keep-running", "--workdir", "work"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        described = tmp_path / "work" / "mesh.json"
+        deadline = time.monotonic() + 180
+        while not described.exists():
+            assert demo.poll() is None, demo.communicate()
+            assert time.monotonic() < deadline, "the mesh never reported it keeps running"
+            time.sleep(0.2)
+        time.sleep(0.2)  # written by one write_text: let it finish
+        mesh = json.loads(described.read_text())
+        command = mesh["verify_command"]
+        assert command[:2] == ["countersign", "verify"] and "--verifier" in command
+        run = [sys.executable, "-m", "countersign_cli", *command[1:]]
+        first = subprocess.run(run, capture_output=True, text=True, timeout=60)
+        assert first.returncode == 0, first.stdout + first.stderr  # accepted by the running verifier
+        assert json.loads(first.stdout)["verdict"] == "ACCEPT"
+        again = subprocess.run(run, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1 and "NONCE_REPLAYED" in again.stdout, again.stdout
+        pids = [d["pid"] for d in mesh["daemons"].values()]
+        assert len(pids) == 5 and all(_alive(pid) for pid in pids)
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 0, out + err
+    assert "SIGTERM: stopping the mesh" in out
+    shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
+    assert shutdown.count("exit 0") == 5, shutdown
+    assert not any(_alive(pid) for pid in pids)
+    assert "Traceback" not in err
