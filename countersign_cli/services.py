@@ -120,7 +120,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "endorse", help="sign, with the deployer's current key, an endorsement of its next key (rotation)"
     )
     key_endorse.add_argument("--signer-key", required=True, help="the CURRENT key (file: or awskms: URI, or a file)")
-    key_endorse.add_argument("--deployer", required=True)
+    key_endorse.add_argument("--deployer", required=True, help="the deployer whose old key endorses its new one")
     key_endorse.add_argument(
         "--new-public-key", required=True, metavar="B64URL",
         help="the next key's public key; write --new-public-key=KEY, since a key may begin with '-'",
@@ -150,7 +150,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--operator-public-key", required=True, metavar="B64URL",
         help="the pinned operator key; write --operator-public-key=KEY, since a key may begin with '-'",
     )  # fmt: skip
-    custody.add_argument("--deployer", required=True)
+    custody.add_argument("--deployer", required=True, help="the deployer whose chain of keys to print")
     add_client_arguments(custody, "--coordinator")
     custody.set_defaults(handler=cmd_registry_custody)
     from countersign_cli import audit  # registry verify: the offline check of an exported log
