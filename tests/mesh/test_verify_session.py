@@ -4,16 +4,22 @@ audit consumes nothing; the verdict is logged; requests are bounded (docs/spec.m
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path as FilePath
 
 import pytest
 
 from countersign._proto.v1 import verifier_pb2
 from countersign.client import VerifierClient
+from countersign.keys import PublicKey
 from countersign.reasons import Reason
 from countersign.records import Path
+from countersign.registry import KeyEntry, Registry
 from countersign.sessions import SessionEvidence
 from countersign.state import DependencyKind
 from countersign_cli.localmesh import LocalMesh
@@ -187,3 +193,61 @@ def test_receipts_per_request_are_bounded(make_mesh: Callable[..., LocalMesh]) -
             assert error.code == "INVALID_ARGUMENT" and "at most 3" in str(error)
         assert verifier.verify_session(signed.evidence([0, 1, 2]))  # within the bound: verified and consumed
         assert verifier.verify_session(signed.evidence([0, 1, 2])).reason is Reason.NONCE_REPLAYED
+
+
+def write_session(signed: Signed, out: FilePath, order: list[int] | None = None) -> FilePath:
+    """Lay a session out as ``countersign verify-session`` reads it: agent.json, receipts/, outputs/."""
+    (out / "receipts").mkdir(parents=True)
+    (out / "outputs").mkdir()
+    (out / "agent.json").write_bytes(signed.agent.to_bytes())
+    for position, index in enumerate(range(len(signed.receipts)) if order is None else order):
+        (out / "receipts" / f"{position:06d}.json").write_bytes(signed.receipts[index].leaf.canonical_bytes())
+        output = signed.outputs[index]
+        if output is not None:
+            (out / "outputs" / f"{position:06d}.bin").write_bytes(output)
+    return out
+
+
+def cli(*args: str) -> tuple[int, dict[str, object]]:
+    done = subprocess.run([sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr}
+
+
+def test_verify_session_remote_prints_the_offline_verdict(mesh: LocalMesh, tmp_path: FilePath) -> None:
+    signed = sign_session(mesh)
+    folder = write_session(signed, tmp_path / "session")
+    keys = {d: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for d, k in mesh.deployer_keys.items()}
+    (tmp_path / "registry.json").write_text(json.dumps(Registry(keys).to_json()))
+    tls = mesh.tls_for("client")
+    remote = [
+        "--verifier",
+        mesh.daemons["verifier-0"].address,
+        "--ca",
+        tls.ca,
+        "--cert",
+        tls.cert,
+        "--tls-key",
+        tls.key,
+    ]
+    where = ["--path", str(folder / "agent.json"), "--receipts", str(folder / "receipts"),
+             "--outputs", str(folder / "outputs"), "--closed"]  # fmt: skip
+    offline = cli("verify-session", *where, "--registry", str(tmp_path / "registry.json"))
+    online = cli("verify-session", *where, *remote)
+    assert offline[0] == online[0] == 0, (offline, online)
+    assert offline[1].keys() == online[1].keys()
+    # The same verdict object; only the registry position differs (a file at 0, the verifier's log).
+    assert {k: v for k, v in offline[1].items() if k != "registry_sequence"} == {
+        k: v for k, v in online[1].items() if k != "registry_sequence"
+    }
+    replay = cli("verify-session", *where, *remote)
+    assert (replay[0], replay[1]["reason"], replay[1]["index"]) == (1, "NONCE_REPLAYED", 0)
+    assert cli("verify-session", *where, *remote, "--audit")[0] == 0
+    reordered = write_session(signed, tmp_path / "reordered", [1, 0, 2, 3])
+    moved = ["--path", str(reordered / "agent.json"), "--receipts", str(reordered / "receipts")]
+    code, verdict = cli("verify-session", *moved, *remote, "--audit")
+    assert (code, verdict["reason"], verdict["index"]) == (1, "SESSION_REORDERED", 0)
+    code, refused = cli("verify-session", *moved, *remote, "--registry", str(tmp_path / "registry.json"))
+    assert code == 2 and "not with --verifier" in str(refused["stderr"])
+    code, refused = cli("verify-session", *moved, "--verifier", mesh.daemons["verifier-0"].address)
+    assert code == 2 and "--ca is required" in str(refused["stderr"])
