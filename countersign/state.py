@@ -89,12 +89,13 @@ class VerifierState(Protocol):
         earlier leaf of the session, the answer is ``NONCE_REPLAYED`` at the lowest such leaf index and
         nothing at all is recorded: no nonce and no edge. Audit mode checks the edges only, as
         :meth:`admit` does. Raises :class:`countersign.errors.StateUnavailable` when the store cannot
-        be reached, and ValueError for more than :attr:`max_session_leaves` leaves."""
+        be reached, and ValueError for no leaf, or (in accept mode) more than :attr:`max_session_leaves`."""
         ...
 
     @property
     def max_session_leaves(self) -> int:
-        """The most receipts one :meth:`admit_session` can consume atomically in this store."""
+        """The most receipts one :meth:`admit_session` can consume atomically in this store (audit mode
+        writes nothing and takes up to :data:`MAX_SESSION_LEAVES`)."""
         ...
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
@@ -282,7 +283,7 @@ class InMemoryState:
     def admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
     ) -> StateRejection | None:
-        check_session_leaves(leaves, self.max_session_leaves)
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
         with self._lock:
             for edge in edges:
                 children = self._children.get(edge.parent_digest, {})

@@ -71,6 +71,7 @@ from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
+    MAX_SESSION_LEAVES,
     ChildEdge,
     CoSigner,
     DependencyKind,
@@ -461,7 +462,7 @@ class DynamoDbState:
         transaction's item limit: ADR 0022), after one consistent read that finds any nonce already
         consumed (then nothing is written). A nonce consumed between the read and the write cancels
         the transaction as a whole, and the next round's read reports it."""
-        check_session_leaves(leaves, self.max_session_leaves)
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
         with self._calls("admit session"):
             for attempt in range(_ATTEMPTS):
                 try:

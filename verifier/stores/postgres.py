@@ -623,7 +623,7 @@ class PostgresState:
         """One statement, ``SELECT countersign_admit_session(...)``: one transaction for the edges and
         every nonce (migration 4). The same session admitted by two replicas at once: one inserts
         the nonces, the other waits on the first nonce row, finds it consumed and undoes its writes."""
-        check_session_leaves(leaves, self.max_session_leaves)
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
         request_ids = {leaf.request_id for leaf in leaves}
         if len(request_ids) != 1:
             raise ValueError("a session's receipts are admitted under one request id")

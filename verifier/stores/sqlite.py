@@ -162,7 +162,7 @@ class SqliteState:
     ) -> StateRejection | None:
         """One ``BEGIN IMMEDIATE`` transaction: the edges, then every nonce; a nonce already consumed
         rolls the whole transaction back, so the session consumes nothing."""
-        check_session_leaves(leaves, self.max_session_leaves)
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
         with self._lock:
             try:
                 return self._admit_session(edges, leaves, consume)
