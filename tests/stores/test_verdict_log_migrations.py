@@ -95,14 +95,14 @@ def test_postgres_version_2_gains_the_verdict_log_and_keeps_its_state(pg_schemas
         )
     state = pg_store.PostgresState(pg_schemas.url(schema))
     try:
-        assert state.schema_version() == pg_store.SCHEMA_VERSION == 3
+        assert state.schema_version() == pg_store.SCHEMA_VERSION == 4
         assert state.admit([], LeafNonce("d:old", NOW + 60_000, 0), consume=True, now_ms=NOW) == StateRejection(
             Reason.NONCE_REPLAYED, 0
         )
         state.record_verdict(logged(1))
         state.record_verdict(logged(2))
         assert collect_impact(state, ImpactQuery(DependencyKind.KEY, KEY)).verdict_ids == {"v-1", "v-2"}
-        assert state.migrate() == 3  # idempotent: found up to date
+        assert state.migrate() == pg_store.SCHEMA_VERSION  # idempotent: found up to date
     finally:
         state.close()
 
