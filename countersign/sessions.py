@@ -14,16 +14,15 @@ beside the verdict, for a verifier to apply (:class:`SessionAdmission`).
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from countersign.canonical import DIGEST_PREFIX, JsonValue, b64url_decode_validated
+from countersign.canonical import JsonValue, b64url_decode_validated
 from countersign.constructions import parent_link, record_signing_input
 from countersign.errors import MalformedError
-from countersign.reasons import Reason, VerificationResult
+from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import (
     ENVELOPE_KEYS,
     FORMAT_VERSION,
@@ -43,14 +42,18 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
-from countersign.state import ChildEdge, LeafNonce
+from countersign.state import ChildEdge, LeafNonce, VerifierState
 from countersign.verify import (
     DEFAULT_POLICY,
     SERIAL,
+    Mode,
+    OutputDigest,
     SignatureBatch,
     VerifierPolicy,
+    attribute,
     edge_violation,
     malformed_result,
+    output_digest,
     replay_key,
     walk,
 )
@@ -274,7 +277,7 @@ def _reject(reason: Reason, index: int | None, detail: str) -> SessionCheck:
 
 def check_session(
     session: SessionEvidence,
-    outputs: Sequence[bytes | None] | None = None,
+    outputs: Sequence[bytes | OutputDigest | None] | None = None,
     *,
     registry: Registry,
     now_ms: int,
@@ -355,7 +358,7 @@ def check_session(
         if index > 0 and output.prev != digests[index - 1]:
             return _reject(Reason.SESSION_CHAIN_BROKEN, index, "prev is not the digest of the receipt before")
         presented = None if outputs is None else outputs[index]
-        if presented is not None and DIGEST_PREFIX + hashlib.sha256(presented).hexdigest() != output.sha256:
+        if presented is not None and output_digest(presented) != output.sha256:
             return _reject(Reason.SESSION_OUTPUT_MISMATCH, index, "SHA-256 of the output differs from the signed hash")
         leaves.append(LeafNonce(replay_key(record.deployer, record.nonce), record.expires_ms + skew, index, request_id))
     last = receipts[-1].record.output
@@ -367,7 +370,7 @@ def check_session(
 
 def check_session_bytes(
     data: bytes,
-    outputs: Sequence[bytes | None] | None = None,
+    outputs: Sequence[bytes | OutputDigest | None] | None = None,
     *,
     registry: Registry,
     now_ms: int,
@@ -386,3 +389,66 @@ def check_session_bytes(
         session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
         signatures=signatures,
     )  # fmt: skip
+
+
+# --- a verifier's session verdict (docs/spec.md 17.5) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """What an accepted session is, beside the verdict: its id, how many receipts were presented,
+    and whether the last one is the session's close receipt."""
+
+    session: str
+    receipts: int
+    closed: bool
+
+    @classmethod
+    def of(cls, session: SessionEvidence) -> SessionSummary:
+        last = session.receipts[-1].record.output
+        assert last is not None  # only read once the check held
+        return cls(last.session, len(session.receipts), last.close is not None)
+
+
+def session_attribution(session: SessionEvidence, registry_sequence: int) -> Attribution:
+    """The verdict's attribution for a session whose check held: the path to its last receipt, read
+    from the verified records (as ``verify`` names the emitter of one output)."""
+    return attribute(Path((*session.agent.envelopes, session.receipts[-1])), registry_sequence)
+
+
+def verify_session(
+    session: SessionEvidence,
+    outputs: Sequence[bytes | OutputDigest | None] | None = None,
+    *,
+    registry: Registry,
+    state: VerifierState,
+    mode: Mode,
+    now_ms: int,
+    require_closed: bool = False,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+    signatures: SignatureBatch = SERIAL,
+    request_id: str = "",
+) -> VerificationResult:
+    """:func:`check_session`, then the durable state step: in accept mode every receipt's nonce and the
+    agent path's edges are admitted all or nothing (:meth:`VerifierState.admit_session`); audit mode
+    checks the edges and consumes nothing. The verdict carries the attribution of the session's last
+    receipt once the check held (also on a state reject, as ``verify_path`` does). Raises
+    :class:`countersign.errors.StateUnavailable` when the state cannot be reached, and ValueError for
+    more receipts than the state admits at once (callers bound the request first)."""
+    check = check_session(
+        session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
+        signatures=signatures, request_id=request_id,
+    )  # fmt: skip
+    if check.admission is None:
+        return check.result
+    attribution = session_attribution(session, registry.sequence)
+    admission = check.admission
+    rejection = state.admit_session(admission.edges, admission.leaves, consume=mode is Mode.ACCEPT, now_ms=now_ms)
+    if rejection is not None:
+        detail = (
+            "parent already has max_children children"
+            if rejection.reason is Reason.FANOUT_EXCEEDED
+            else "a receipt's nonce was already consumed: the session consumed nothing"
+        )
+        return VerificationResult.reject(rejection.reason, rejection.index, detail, attribution)
+    return VerificationResult.accept(attribution)

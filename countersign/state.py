@@ -91,6 +91,24 @@ class VerifierState(Protocol):
         """
         ...
 
+    def admit_session(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        """:meth:`admit` for a verified session (docs/spec.md 17.5): the agent path's ``edges`` once, and
+        every receipt's nonce in ``leaves``, ALL OR NOTHING. With ``consume=True``, if any leaf nonce
+        was already consumed (other than under the same non-empty ``request_id``), or repeats an
+        earlier leaf of the session, the answer is ``NONCE_REPLAYED`` at the lowest such leaf index and
+        nothing at all is recorded: no nonce and no edge. Audit mode checks the edges only, as
+        :meth:`admit` does. Raises :class:`countersign.errors.StateUnavailable` when the store cannot
+        be reached, and ValueError for no leaf, or (in accept mode) more than :attr:`max_session_leaves`."""
+        ...
+
+    @property
+    def max_session_leaves(self) -> int:
+        """The most receipts one :meth:`admit_session` can consume atomically in this store (audit mode
+        writes nothing and takes up to :data:`MAX_SESSION_LEAVES`)."""
+        ...
+
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         """Forget at most ``limit`` entries whose retention ended before ``now_ms``; return how many.
         A store that also keeps the verdict log forgets its expired verdicts here too."""
@@ -222,6 +240,28 @@ class VerifierStore(VerifierState, VerdictLog, Protocol):
     """What a verifier's store gives it: the state verification needs, and the verdict log."""
 
 
+MAX_SESSION_LEAVES: Final = 65_536
+"""The most receipts a session admission consumes in the stores without a per-transaction item limit
+(the core's own bound on a session, ``countersign.sessions.MAX_SESSION_RECEIPTS``)."""
+
+
+def check_session_leaves(leaves: Sequence[LeafNonce], limit: int) -> None:
+    """Raise ValueError unless there are 1 to ``limit`` leaves: a caller bounds sessions first."""
+    if not 1 <= len(leaves) <= limit:
+        raise ValueError(f"a session admission takes 1 to {limit} receipts in this store, not {len(leaves)}")
+
+
+def first_repeated_leaf(leaves: Sequence[LeafNonce]) -> int | None:
+    """The index of the first leaf whose nonce an earlier leaf of the same session already carries: a
+    session cannot consume one nonce twice (its signer never issues that; a forger could)."""
+    seen: set[str] = set()
+    for leaf in leaves:
+        if leaf.nonce in seen:
+            return leaf.index
+        seen.add(leaf.nonce)
+    return None
+
+
 class InMemoryState:
     """Process-local state for tests, the conformance harness and one-shot command-line checks."""
 
@@ -250,6 +290,35 @@ class InMemoryState:
                 return StateRejection(Reason.NONCE_REPLAYED, leaf.index)
             self._nonces[leaf.nonce] = (leaf.retain_until_ms, leaf.request_id, now_ms)
             return None
+
+    def admit_session(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
+        with self._lock:
+            for edge in edges:
+                children = self._children.get(edge.parent_digest, {})
+                if edge.child_nonce not in children and len(children) >= edge.max_children:
+                    return StateRejection(Reason.FANOUT_EXCEEDED, edge.index)
+            if not consume:
+                return None
+            repeated = first_repeated_leaf(leaves)
+            for leaf in leaves:
+                consumed = self._nonces.get(leaf.nonce)
+                if consumed is not None and not (leaf.request_id and consumed[1] == leaf.request_id):
+                    repeated = leaf.index if repeated is None else min(repeated, leaf.index)
+                    break
+            if repeated is not None:
+                return StateRejection(Reason.NONCE_REPLAYED, repeated)
+            for edge in edges:
+                self._children.setdefault(edge.parent_digest, {})[edge.child_nonce] = edge.retain_until_ms
+            for leaf in leaves:  # a receipt retried under the same request id keeps its first time
+                self._nonces.setdefault(leaf.nonce, (leaf.retain_until_ms, leaf.request_id, now_ms))
+            return None
+
+    @property
+    def max_session_leaves(self) -> int:
+        return MAX_SESSION_LEAVES
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:

@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path as FilePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from countersign.errors import MalformedError, VerificationError
 from countersign.keys import Ed25519Signer
@@ -23,6 +23,10 @@ from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 CLOCK_SKEW_HELP = (
     f"milliseconds the signers' clocks may be off when checking records' times (default {DEFAULT_POLICY.clock_skew_ms})"
 )
+
+if TYPE_CHECKING:
+    from countersign.sessions import SessionEvidence
+
 MAX_OUTPUT_BYTES = 64 << 20
 MAX_SAMPLE_OUTPUTS = 10_000
 
@@ -99,10 +103,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--outputs",
         help="directory of outputs: <receipt file stem>.bin (or <position>.bin, 6 digits); absent: not checked",
     )
-    verify_session.add_argument("--registry", required=True, help="registry.json")
+    verify_session.add_argument("--registry", help="registry.json (required unless --verifier is given)")
+    verify_session.add_argument("--verifier", help="host:port of a verifier service: verify remotely (VerifySession)")
+    verify_session.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
+    verify_session.add_argument("--cert", default="", help="with --verifier: client certificate (mTLS)")
+    verify_session.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
+    verify_session.add_argument(
+        "--insecure-loopback", action="store_true", help="with --verifier: plaintext, loopback only"
+    )
     verify_session.add_argument("--closed", action="store_true", help="require the session's close receipt")
     verify_session.add_argument(
-        "--audit", action="store_true", help="consume nothing (offline, nothing durable is consumed either way)"
+        "--audit",
+        action="store_true",
+        help="consume nothing (with --verifier; offline, nothing durable is consumed either way)",
     )
     verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
@@ -285,7 +298,11 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
 
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
         raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
-    registry = load_registry(args.registry)
+    if args.verifier and (args.registry or args.now_ms is not None):
+        raise UsageError("--registry and --now-ms verify offline, not with --verifier")
+    if not args.verifier and not args.registry:
+        raise UsageError("verify-session needs --registry (offline) or --verifier HOST:PORT")
+    registry = None if args.verifier else load_registry(args.registry)
     agent_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     receipts, names = _receipt_files(args.receipts)
     outputs: list[bytes | None] = [None] * len(receipts)
@@ -300,8 +317,10 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
     try:
         session = SessionEvidence.from_json({"v": 1, "agent": parse_json(agent_bytes), "receipts": receipts})
     except MalformedError as exc:
-        result = malformed_result(exc)
+        result = malformed_result(exc)  # remotely too: evidence that does not parse is not sent
     else:
+        if registry is None:
+            return verify_session_remotely(args, session, outputs)
         result = check_session(
             session, outputs, registry=registry, now_ms=args.now_ms if args.now_ms is not None else now_ms(),
             require_closed=args.closed, policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms),
@@ -314,6 +333,27 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
 
             last = Path((*session.agent.envelopes, session.receipts[-1]))
             result = replace(result, attribution=attribute(last, registry.sequence))
+    print(json.dumps(result.to_json()))
+    return EXIT_OK if result else EXIT_REJECTED
+
+
+def verify_session_remotely(args: argparse.Namespace, session: SessionEvidence, outputs: list[bytes | None]) -> int:
+    """Ask a verifier service (VerifySession); print the same verdict object as offline."""
+    from countersign.client import VerifierClient
+    from countersign.client.errors import ServiceError
+    from countersign_cli.services import client_tls, transport_hint
+
+    client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
+    presented = None if all(o is None for o in outputs) else outputs
+    try:
+        result = client.verify_session(session, presented, audit=args.audit, require_closed=args.closed).result
+    except ServiceError as exc:
+        hint = (
+            transport_hint(args.insecure_loopback, str(exc)) if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
+        )
+        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}") from None
+    finally:
+        client.close()
     print(json.dumps(result.to_json()))
     return EXIT_OK if result else EXIT_REJECTED
 

@@ -32,6 +32,8 @@ from countersign.prefix_cache import MAX_ENTRIES_LIMIT as MAX_PREFIX_CACHE_ENTRI
 from countersign.prefix_cache import PrefixCache
 from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
+from countersign.sessions import MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS, SessionEvidence, SessionSummary
+from countersign.sessions import verify_session as core_verify_session
 from countersign.state import VerifierStore
 from countersign.verify import (
     DEFAULT_POLICY,
@@ -56,14 +58,22 @@ MAX_OUTPUT_BYTES = 1 << 20
 # What each method needs at most: VerifyPath(s) a path of 1 MiB (a longer one is a MALFORMED verdict
 # up to this bound) and the output, with 16 KiB for the other fields; Impact only names and numbers.
 VERIFY_MESSAGE_BYTES = MAX_INPUT_BYTES + MAX_OUTPUT_BYTES + (16 << 10)
+# VerifySession(s): session evidence of up to max_session_receipts receipts (about 1.5 KiB each, so
+# 4 MiB holds the default 1,024 with room), outputs sent whole up to MAX_OUTPUT_BYTES in all (larger
+# ones by their SHA-256, 32 bytes each), and the other fields.
+SESSION_INPUT_BYTES = 4 << 20
+SESSION_MESSAGE_BYTES = SESSION_INPUT_BYTES + MAX_OUTPUT_BYTES + (64 << 10)
 METHOD_MESSAGE_BYTES = {
     "/countersign.v1.Verifier/VerifyPath": VERIFY_MESSAGE_BYTES,
     "/countersign.v1.Verifier/VerifyPaths": VERIFY_MESSAGE_BYTES,
     "/countersign.v1.Verifier/Impact": 16 << 10,
+    "/countersign.v1.Verifier/VerifySession": SESSION_MESSAGE_BYTES,
+    "/countersign.v1.Verifier/VerifySessions": SESSION_MESSAGE_BYTES,
 }
 OUTPUT_SHA256_BYTES = 32
 MAX_REQUEST_ID = 128
 MAX_VERDICT_RETENTION_MS = 10 * 366 * 86_400_000
+DEFAULT_MAX_SESSION_RECEIPTS = 1_024
 
 
 def signature_batch(threads: int) -> SignatureBatch:
@@ -108,6 +118,9 @@ class VerifierConfig:
     verdict_log: bool = True
     verdict_retention_ms: int = 30 * 86_400_000
     verdict_log_max_rows: int = 1_000_000
+    # The most receipts one VerifySession request may carry (ADR 0022). In accept mode the store may
+    # bound it further: DynamoDB consumes a session in one transaction of at most 100 items.
+    max_session_receipts: int = DEFAULT_MAX_SESSION_RECEIPTS
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 
     def validate(self) -> None:
@@ -130,6 +143,8 @@ class VerifierConfig:
             raise ConfigError(f"verdict_retention_ms must be between 1 and {MAX_VERDICT_RETENTION_MS}")
         if self.verdict_log_max_rows < 1:
             raise ConfigError("verdict_log_max_rows must be positive")
+        if not 1 <= self.max_session_receipts <= MAX_SESSION_RECEIPTS:
+            raise ConfigError(f"max_session_receipts must be between 1 and {MAX_SESSION_RECEIPTS}")
 
     @property
     def policy(self) -> VerifierPolicy:
@@ -175,6 +190,10 @@ class VerifierMetrics:
             "countersign_lanes_open", "Verification lanes open to this verifier", ["kind"], registry=registry
         )
         follower.register_gauges(registry)
+        self.session_verdicts = prometheus_client.Counter(
+            "countersign_session_verifications", "VerifySession verdicts by verdict and reason",
+            ["verdict", "reason", "mode"], registry=registry,
+        )  # fmt: skip
         self.store_entries = prometheus_client.Gauge(
             "countersign_store_entries", "Consumed nonces and child-set entries held", registry=registry
         )
@@ -230,6 +249,18 @@ def response_message(result: VerificationResult, registry_sequence: int) -> veri
     return response
 
 
+def session_response_message(
+    result: VerificationResult, registry_sequence: int, summary: SessionSummary | None
+) -> verifier_pb2.VerifySessionResponse:
+    response = verifier_pb2.VerifySessionResponse(verdict=verdict_message(result), registry_sequence=registry_sequence)
+    if result.attribution is not None and summary is not None:
+        response.attribution.CopyFrom(attribution_message(result.attribution))
+        response.session.CopyFrom(
+            verifier_pb2.SessionFacts(session=summary.session, receipts=summary.receipts, closed=summary.closed)
+        )
+    return response
+
+
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
         self,
@@ -245,7 +276,9 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         require_identity: bool = True,
         consumer_policies: Mapping[str, ConsumerPolicy] | None = None,
         prefix_cache: PrefixCache | None = None,
+        max_session_receipts: int = DEFAULT_MAX_SESSION_RECEIPTS,
     ) -> None:
+        self._max_session_receipts = max_session_receipts
         self._consumer_policies = dict(consumer_policies or {})
         self._prefix_cache = prefix_cache
         self._state = state
@@ -274,6 +307,22 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         Lanes are counted per connection, and in all (each holds a handler thread)."""
         peer = str(context.peer())
         yield from self._lane_slots.serve("verify", peer, requests, context, lambda r: self._verify(r, context))
+
+    @servicer_edge
+    def VerifySession(
+        self, request: verifier_pb2.VerifySessionRequest, context: grpc.ServicerContext
+    ) -> verifier_pb2.VerifySessionResponse:
+        return self._verify_session(request, context)
+
+    @stream_edge
+    def VerifySessions(
+        self, requests: Iterator[verifier_pb2.VerifySessionRequest], context: grpc.ServicerContext
+    ) -> Iterator[verifier_pb2.VerifySessionResponse]:
+        """Sessions one at a time, each answered as by VerifySession; counted as lanes like VerifyPaths."""
+        peer = str(context.peer())
+        yield from self._lane_slots.serve(
+            "session", peer, requests, context, lambda r: self._verify_session(r, context)
+        )
 
     @servicer_edge
     def Impact(self, request: verifier_pb2.ImpactRequest, context: grpc.ServicerContext) -> verifier_pb2.ImpactResponse:
@@ -345,6 +394,104 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             )  # fmt: skip
         return request.output
 
+    @staticmethod
+    def _session_output(presented: verifier_pb2.SessionOutput) -> bytes | OutputDigest | None:
+        """One receipt's output as presented: not at all, its bytes, or exactly its SHA-256."""
+        given = [presented.absent, bool(presented.data), bool(presented.sha256)]
+        if sum(given) > 1:
+            raise ServiceError(
+                "INVALID_ARGUMENT", "an output is absent, its data or its sha256: one of them",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )  # fmt: skip
+        if presented.absent:
+            return None
+        if presented.sha256:
+            if len(presented.sha256) != OUTPUT_SHA256_BYTES:
+                raise ServiceError(
+                    "INVALID_ARGUMENT", f"an output's sha256 must be {OUTPUT_SHA256_BYTES} bytes",
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                )  # fmt: skip
+            return OutputDigest(presented.sha256)
+        return presented.data
+
+    def _session_limit(self, mode: Mode) -> int:
+        """The most receipts a request may carry: the configured bound, and in accept mode also the
+        most the store consumes in one atomic step."""
+        if mode is Mode.ACCEPT:
+            return min(self._max_session_receipts, self._state.max_session_leaves)
+        return self._max_session_receipts
+
+    def _verify_session(
+        self, request: verifier_pb2.VerifySessionRequest, context: grpc.ServicerContext
+    ) -> verifier_pb2.VerifySessionResponse:
+        """Translate, check with the core's :func:`countersign.sessions.verify_session`, log, answer."""
+        started = time.perf_counter()
+        mode = _MODES.get(request.mode)
+        if mode is None:
+            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+        request_id = self._request_id(request.request_id, context)
+        if sum(len(o.data) for o in request.outputs) > MAX_OUTPUT_BYTES:
+            raise ServiceError(
+                "INVALID_ARGUMENT", f"outputs exceed {MAX_OUTPUT_BYTES >> 20} MiB in all: send their SHA-256 instead",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )  # fmt: skip
+        if len(request.outputs) > MAX_SESSION_RECEIPTS:
+            raise ServiceError("INVALID_ARGUMENT", "too many outputs", grpc.StatusCode.INVALID_ARGUMENT)
+        outputs = [self._session_output(o) for o in request.outputs] or None
+        if len(request.session) > SESSION_INPUT_BYTES:
+            raise ServiceError(
+                "INVALID_ARGUMENT", f"session evidence exceeds {SESSION_INPUT_BYTES >> 20} MiB",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )  # fmt: skip
+        session: SessionEvidence | None = None
+        summary: SessionSummary | None = None
+        registry, fresh = self._follower.view()
+        if not fresh:
+            result = VerificationResult.reject(
+                Reason.REGISTRY_STALE, None, f"no trusted registry update for over {self._follower.staleness_ms} ms"
+            )
+        elif len(request.session) > MAX_SESSION_INPUT_BYTES:
+            result = VerificationResult.reject(
+                Reason.MALFORMED, None, f"session exceeds {MAX_SESSION_INPUT_BYTES} bytes"
+            )
+        else:
+            try:
+                session = SessionEvidence.from_bytes(request.session)
+            except MalformedError as exc:
+                result = malformed_result(exc)
+            else:
+                limit = self._session_limit(mode)
+                if len(session.receipts) > limit:
+                    raise ServiceError(
+                        "INVALID_ARGUMENT",
+                        f"{len(session.receipts)} receipts: this verifier takes at most {limit} per {mode.value}"
+                        " request (max_session_receipts; ADR 0022)",
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                    )
+                if outputs is not None and len(outputs) != len(session.receipts):
+                    result = VerificationResult.reject(
+                        Reason.MALFORMED, None, f"{len(outputs)} outputs for {len(session.receipts)} receipts"
+                    )
+                else:
+                    try:
+                        result = core_verify_session(
+                            session, outputs, registry=registry, state=self._state, mode=mode, now_ms=now_ms(),
+                            require_closed=request.require_closed, policy=self._policy,
+                            signatures=self._signatures, request_id=request_id,
+                        )  # fmt: skip
+                    except StateUnavailable:
+                        self._metrics.errors.labels("STATE_UNAVAILABLE").inc()
+                        raise
+                    if result.attribution is not None:
+                        summary = SessionSummary.of(session)
+        if self._verdicts is not None:  # answered only once logged (ADR 0015)
+            # The log names every record the verdict relied on: the agent path, then each receipt.
+            relied_on = None if session is None else Path((*session.agent.envelopes, *session.receipts))
+            self._verdicts.record(relied_on, result, mode.value, registry, context, request.request_id)
+        self._metrics.session_verdicts.labels(result.verdict.value, result.reason or "", mode.value).inc()
+        self._metrics.latency.labels(mode.value).observe(time.perf_counter() - started)
+        return session_response_message(result, registry.sequence, summary)
+
     def _consumer_policy(self, name: str) -> ConsumerPolicy | None:
         """The named policy the request chose (empty: none). An unknown name is the caller's error."""
         if not name:
@@ -401,6 +548,7 @@ class VerifierDaemon:
             self.signatures, self.verdicts, self.verdict_log_metrics, not config.tls.insecure_loopback,
             load_policies(config.policies),
             PrefixCache(config.prefix_cache_entries) if config.prefix_cache_entries else None,
+            config.max_session_receipts,
         )  # fmt: skip
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None

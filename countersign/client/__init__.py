@@ -8,7 +8,8 @@
 * every refusal is a :class:`ServiceError` whose ``code`` is an :class:`ErrorCode`;
 * the runtime SDK (docs/quickstart-runtime.md): :class:`Runtime` and :class:`AsyncRuntime` for a
   producer (sign an output, delegate through a :class:`Delegation` handoff, accept one), and
-  :func:`verify_path` for a consumer, whose :class:`PathVerdict` names the :class:`OutputEmitter`;
+  :func:`verify_path` for a consumer, whose :class:`PathVerdict` names the :class:`OutputEmitter`
+  (and :func:`verify_session` for one agent's ordered session: :class:`SessionVerdict`);
 * the retry, deadline and failover policy (:class:`RetryPolicy`, :func:`verify_with_failover`,
   :func:`delegate_with_retry`).
 
@@ -25,7 +26,7 @@ Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
 from countersign.client.errors import ServiceError
 from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
-from countersign.client.results import Grant, VerifierVerdict
+from countersign.client.results import Grant, SessionVerifierVerdict, VerifierVerdict
 from countersign.client.retry import (
     Attempt,
     IssueOutcome,
@@ -40,11 +41,15 @@ from countersign.client.runtime import (
     OutputEmitter,
     PathVerdict,
     Runtime,
+    SessionVerdict,
     averify_path,
+    averify_session,
     load_registry,
     tls_from_env,
     verify_offline,
     verify_path,
+    verify_session,
+    verify_session_offline,
 )
 from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig
@@ -70,17 +75,22 @@ __all__ = [
     "RetryPolicy",
     "Runtime",
     "ServiceError",
+    "SessionVerdict",
+    "SessionVerifierVerdict",
     "SignerClient",
     "TlsConfig",
     "VerifierClient",
     "VerifierVerdict",
     "VerifyOutcome",
     "averify_path",
+    "averify_session",
     "delegate_with_retry",
     "load_registry",
     "new_request_id",
     "tls_from_env",
     "verify_offline",
     "verify_path",
+    "verify_session",
+    "verify_session_offline",
     "verify_with_failover",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from countersign.reasons import Reason, VerificationResult
+from countersign.sessions import SessionSummary
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,24 @@ class VerifierVerdict:
         identity): that acceptance's time (0: the verifier's store kept none). None on a first ACCEPT
         and on every reject. A retry consumed nothing: act on the output once, not once per answer."""
         return self.result.retry_of_ms
+
+
+@dataclass(frozen=True)
+class SessionVerifierVerdict:
+    """A verifier service's answer to one session (``VerifySession``): the result (its index is the
+    position of the first offending receipt), the registry sequence, and on accept (or a reject
+    decided after the session verified: ``NONCE_REPLAYED``, ``FANOUT_EXCEEDED``) what the session
+    is. ``result.attribution`` names the emitter of the session's last receipt. Truthy exactly when
+    the session was accepted."""
+
+    result: VerificationResult
+    registry_sequence: int
+    session: SessionSummary | None
+
+    def __bool__(self) -> bool:
+        return bool(self.result)
+
+    @property
+    def reason(self) -> Reason | None:
+        """Why the session was rejected; None on accept."""
+        return self.result.reason

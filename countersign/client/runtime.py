@@ -12,7 +12,11 @@ streamed output is signed one receipt per ``n`` tokens or bytes as it is emitted
 
 Consumer side, :func:`verify_path` (and :func:`averify_path`): one path and the exact output bytes,
 checked by a verifier service or offline against a registry with the core's own verification; the
-verdict, a :class:`PathVerdict`, names who emitted the output (:class:`OutputEmitter`).
+verdict, a :class:`PathVerdict`, names who emitted the output (:class:`OutputEmitter`). For a
+session, :func:`verify_session` (and :func:`averify_session`): the receipt paths in session order and
+the outputs, checked as a whole (order, gaps, duplicates, splices, truncation: docs/spec.md section
+17; online through ``VerifySession``); its :class:`SessionVerdict` names the emitter of the last
+output and the session (id, receipts, closed).
 
 Every refusal is a :class:`countersign.client.ServiceError` with a code from the closed
 :class:`countersign.errors.ErrorCode`; a rejected path is a verdict, not an error.
@@ -36,13 +40,13 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from types import TracebackType
 
 from countersign.client.handoff import Delegation, HandoffError
-from countersign.client.results import VerifierVerdict
+from countersign.client.results import SessionVerifierVerdict, VerifierVerdict
 from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
@@ -50,6 +54,8 @@ from countersign.errors import ConfigError, ErrorCode, MalformedError
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path, parse_json
 from countersign.registry import Registry
+from countersign.sessions import SessionEvidence, SessionSummary
+from countersign.sessions import verify_session as core_verify_session
 from countersign.state import InMemoryState, VerifierState
 from countersign.verify import DEFAULT_POLICY, Mode, OutputDigest, VerifierPolicy, malformed_result
 from countersign.verify import verify_path as core_verify_path
@@ -555,3 +561,158 @@ async def averify_path(
 
 def _from_service(answer: VerifierVerdict, path: Path | bytes) -> PathVerdict:
     return _verdict(answer.result, path, answer.registry_sequence)
+
+
+# --- consumer side: sessions -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionVerdict:
+    """The answer to one presented session. Truthy exactly when accepted; then ``emitter`` names who
+    emitted the session's last output (its ``seq`` is the last position) and ``session`` what the
+    session is (id, receipts, closed). On a reject ``result.index`` is the first offending receipt."""
+
+    result: VerificationResult
+    emitter: OutputEmitter | None
+    session: SessionSummary | None
+    registry_sequence: int
+
+    def __bool__(self) -> bool:
+        return bool(self.result)
+
+    @property
+    def reason(self) -> Reason | None:
+        """Why the session was rejected; None on accept."""
+        return self.result.reason
+
+    def raise_for_reject(self) -> None:
+        """Raise :class:`countersign.errors.PathRejected` unless the session was accepted."""
+        self.result.raise_for_reject()
+
+
+SessionInput = SessionEvidence | bytes | Sequence[Path]
+
+
+def session_evidence(session: SessionInput) -> SessionEvidence | bytes:
+    """``session`` as evidence: SessionEvidence and its bytes pass through; a sequence of receipt
+    paths (what :meth:`Runtime.receipt` returns, in session order, all under one agent path) becomes
+    the agent path and the receipts. Raises ValueError for an empty sequence."""
+    if isinstance(session, SessionEvidence | bytes):
+        return session
+    paths = list(session)
+    if not paths:
+        raise ValueError("a session has at least one receipt")
+    return SessionEvidence(Path(paths[0].envelopes[:-1]), tuple(path.leaf for path in paths))
+
+
+def _session_verdict(
+    result: VerificationResult, evidence: SessionEvidence | bytes, summary: SessionSummary | None, sequence: int
+) -> SessionVerdict:
+    if not result:
+        return SessionVerdict(result, None, None, sequence)
+    parsed = evidence if isinstance(evidence, SessionEvidence) else SessionEvidence.from_bytes(evidence)
+    last = Path((*parsed.agent.envelopes, parsed.receipts[-1]))
+    return SessionVerdict(result, OutputEmitter.of(last), summary or SessionSummary.of(parsed), sequence)
+
+
+def verify_session_offline(
+    session: SessionInput,
+    outputs: Sequence[bytes | OutputDigest | None] | None,
+    registry: Registry,
+    *,
+    audit: bool = False,
+    require_closed: bool = False,
+    state: VerifierState | None = None,
+    now_ms: int | None = None,
+    policy: VerifierPolicy = DEFAULT_POLICY,
+) -> SessionVerdict:
+    """The core's session verification (:func:`countersign.sessions.verify_session`) in this process;
+    ``state`` as for :func:`verify_offline`."""
+    evidence = session_evidence(session)
+    if not isinstance(evidence, SessionEvidence):
+        try:
+            evidence = SessionEvidence.from_bytes(evidence)
+        except MalformedError as exc:
+            return SessionVerdict(malformed_result(exc), None, None, registry.sequence)
+    if outputs is not None and len(outputs) != len(evidence.receipts):
+        raise ValueError(f"{len(outputs)} outputs for {len(evidence.receipts)} receipts")
+    result = core_verify_session(
+        evidence, outputs, registry=registry, state=InMemoryState() if state is None else state,
+        mode=Mode.AUDIT if audit else Mode.ACCEPT, now_ms=_now_ms() if now_ms is None else now_ms,
+        require_closed=require_closed, policy=policy,
+    )  # fmt: skip
+    return _session_verdict(result, evidence, None, registry.sequence)
+
+
+def verify_session(
+    session: SessionInput,
+    outputs: Sequence[bytes | OutputDigest | None] | None = None,
+    *,
+    verifier: VerifierClient | str | None = None,
+    registry: Registry | str | None = None,
+    tls: TlsConfig | None = None,
+    audit: bool = False,
+    require_closed: bool = False,
+    state: VerifierState | None = None,
+    now_ms: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SessionVerdict:
+    """Check one agent's session: ``session`` is the receipt paths in session order (as
+    :meth:`Runtime.receipt` returned them), or :class:`countersign.sessions.SessionEvidence` (or its
+    bytes); ``outputs[i]`` the exact bytes of output *i* (None: not checked).
+
+    Where, as :func:`verify_path`: ``verifier`` (a client or host:port, ``tls`` default
+    :func:`tls_from_env`), or ``registry`` offline, or ``COUNTERSIGN_VERIFIER`` /
+    ``COUNTERSIGN_REGISTRY``. Accept mode by default: every receipt's nonce is consumed, all or
+    nothing; ``audit=True`` consumes nothing. ``require_closed``: the session must end with its close
+    receipt. A rejected session is a verdict; raises ServiceError when the verifier refuses or cannot
+    be reached, ConfigError when there is nowhere to verify, ValueError when ``outputs`` does not
+    have one entry per receipt (offline)."""
+    where, offline = _where(verifier, registry, environ)
+    if offline is not None:
+        return verify_session_offline(
+            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms
+        )
+    evidence = session_evidence(session)
+    if isinstance(where, VerifierClient):
+        answer = where.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+        return _from_session_service(answer, evidence)
+    if not isinstance(where, str):
+        raise TypeError(f"verifier must be a VerifierClient or host:port, not {type(where).__name__}")
+    with VerifierClient(where, tls_from_env(environ) if tls is None else tls, lanes=0) as client:
+        answer = client.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+    return _from_session_service(answer, evidence)
+
+
+async def averify_session(
+    session: SessionInput,
+    outputs: Sequence[bytes | OutputDigest | None] | None = None,
+    *,
+    verifier: AsyncVerifierClient | str | None = None,
+    registry: Registry | str | None = None,
+    tls: TlsConfig | None = None,
+    audit: bool = False,
+    require_closed: bool = False,
+    state: VerifierState | None = None,
+    now_ms: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SessionVerdict:
+    """:func:`verify_session` for an event loop (online through an :class:`AsyncVerifierClient`)."""
+    where, offline = _where(verifier, registry, environ)
+    if offline is not None:
+        return verify_session_offline(
+            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms
+        )
+    evidence = session_evidence(session)
+    if isinstance(where, AsyncVerifierClient):
+        answer = await where.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+        return _from_session_service(answer, evidence)
+    if not isinstance(where, str):
+        raise TypeError(f"verifier must be an AsyncVerifierClient or host:port, not {type(where).__name__}")
+    async with AsyncVerifierClient(where, tls_from_env(environ) if tls is None else tls) as client:
+        answer = await client.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+    return _from_session_service(answer, evidence)
+
+
+def _from_session_service(answer: SessionVerifierVerdict, evidence: SessionEvidence | bytes) -> SessionVerdict:
+    return _session_verdict(answer.result, evidence, answer.session, answer.registry_sequence)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 
@@ -11,10 +12,11 @@ import grpc
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.errors import from_rpc_error
 from countersign.client.lanes import Lanes, unary
-from countersign.client.results import VerifierVerdict
+from countersign.client.results import SessionVerifierVerdict, VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
+from countersign.sessions import SessionEvidence, SessionSummary
 from countersign.verify import OutputDigest
 
 
@@ -80,6 +82,43 @@ def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
     return VerifierVerdict(result, response.registry_sequence)
 
 
+def _session_request(
+    session: SessionEvidence | bytes,
+    outputs: Sequence[bytes | OutputDigest | None] | None,
+    audit: bool,
+    require_closed: bool,
+    request_id: str,
+) -> verifier_pb2.VerifySessionRequest:
+    mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
+    data = session.to_bytes() if isinstance(session, SessionEvidence) else session
+    # Each output travels as its SHA-256, hashed here (ADR 0027): a session's outputs may be large.
+    presented = [
+        verifier_pb2.SessionOutput(absent=True)
+        if o is None
+        else verifier_pb2.SessionOutput(sha256=OutputDigest.of(o).sha256 if isinstance(o, bytes) else o.sha256)
+        for o in outputs or ()
+    ]
+    return verifier_pb2.VerifySessionRequest(
+        session=data, outputs=presented, mode=mode, require_closed=require_closed, request_id=request_id
+    )
+
+
+def _session_verdict(response: verifier_pb2.VerifySessionResponse) -> SessionVerifierVerdict:
+    verdict = response.verdict
+    attribution = (
+        _attribution(response.attribution, response.registry_sequence) if response.HasField("attribution") else None
+    )
+    facts = response.session
+    summary = SessionSummary(facts.session, facts.receipts, facts.closed) if response.HasField("session") else None
+    if verdict.verdict == verdict.ACCEPT:
+        return SessionVerifierVerdict(VerificationResult.accept(attribution), response.registry_sequence, summary)
+    result = VerificationResult(
+        Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail,
+        attribution,
+    )  # fmt: skip
+    return SessionVerifierVerdict(result, response.registry_sequence, summary)
+
+
 @dataclass
 class VerifierClient:
     """A consumer of the verifier service: over up to ``lanes`` verification lanes (``VerifyPaths``
@@ -94,6 +133,7 @@ class VerifierClient:
         self._channel = open_channel(self.address, self.tls, verifier_dns())
         self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
         self._unary = unary(self._stub.VerifyPath)
+        self._verify_session = unary(self._stub.VerifySession)
         self._lanes: Lanes[verifier_pb2.VerifyPathRequest, verifier_pb2.VerifyPathResponse] | None = (
             Lanes(self._stub.VerifyPaths, self.lanes, self.lane_idle_s, self._unary) if self.lanes > 0 else None
         )
@@ -121,6 +161,26 @@ class VerifierClient:
         ask = self._lanes.ask if self._lanes is not None else self._unary
         key = _key(request_id)
         return replace(_verdict(ask(_request(path, output, audit, key, policy), timeout_s)), request_id=key)
+
+    def verify_session(
+        self,
+        session: SessionEvidence | bytes,
+        outputs: Sequence[bytes | OutputDigest | None] | None = None,
+        *,
+        audit: bool = False,
+        require_closed: bool = False,
+        timeout_s: float = 30.0,
+        request_id: str = "",
+    ) -> SessionVerifierVerdict:
+        """The verifier's verdict on one agent's session (``VerifySession``, docs/spec.md 17.5):
+        ``session`` (SessionEvidence, or its JSON bytes), and optionally ``outputs[i]``, the exact
+        bytes of receipt *i*'s output (None: not checked; the list, when given, has one entry per
+        receipt). Accept mode consumes every receipt's nonce, all or nothing; ``audit=True`` consumes
+        nothing. ``require_closed``: the session must end with its close receipt. A rejected session
+        is a verdict; raises ServiceError when the verifier refuses the request (for instance more
+        receipts than it takes in one request: INVALID_ARGUMENT) or cannot be reached."""
+        request = _session_request(session, outputs, audit, require_closed, request_id)
+        return _session_verdict(self._verify_session(request, timeout_s))
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -166,6 +226,24 @@ class AsyncVerifierClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return replace(_verdict(response), request_id=key)
+
+    async def verify_session(
+        self,
+        session: SessionEvidence | bytes,
+        outputs: Sequence[bytes | OutputDigest | None] | None = None,
+        *,
+        audit: bool = False,
+        require_closed: bool = False,
+        timeout_s: float = 30.0,
+        request_id: str = "",
+    ) -> SessionVerifierVerdict:
+        """See :meth:`VerifierClient.verify_session`."""
+        request = _session_request(session, outputs, audit, require_closed, request_id)
+        try:
+            response = await self._stub.VerifySession(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return _session_verdict(response)
 
     async def close(self) -> None:
         await self._channel.close()

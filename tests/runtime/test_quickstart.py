@@ -21,7 +21,7 @@ pytestmark = pytest.mark.daemons
 
 QUICKSTART = Path(__file__).parents[2] / "docs" / "quickstart-runtime.md"
 # Which environment each python block runs in, in the page's order.
-ROLES = ["deployer-a", None, "deployer-a", "deployer-b", "deployer-a"]
+ROLES = ["deployer-a", None, "deployer-a", "deployer-b", "deployer-a", None]
 DRIVER = """
 import json, os, sys
 namespace = {}
@@ -31,7 +31,7 @@ for code, env in json.loads(sys.stdin.read()):
 answer = {"handoff": namespace.get("handoff"), "receipt": namespace["receipt"].to_bytes().decode()}
 if "closed" in namespace:  # the sessions block ran
     closed = namespace["closed"]
-    answer["closed"] = [closed.count, closed.last, namespace["turns"][-1].leaf.digest()]
+    answer["closed"] = [closed.count, closed.last, namespace["receipts"][-1].leaf.digest()]
     answer["chunks"] = [[c.seq, c.units, c.closed] for c in namespace["chunks"]]
 print(json.dumps(answer))
 """
@@ -69,6 +69,8 @@ def test_every_block_runs_as_printed(runtime_mesh: LocalMesh, tmp_path: Path) ->
     deployer, key_id, agent, session, seq = lines[0].split()
     assert (deployer, agent, session, seq) == ("deployer-a", "writer-1", "writer-1", "0")
     assert key_id == runtime_mesh.deployer_keys["deployer-a"].key_id
+    # The session consumer's print: the last output's session and seq, receipts, closed.
+    assert lines[1].split() == ["chat-2", "2", "3", "False"]
     answer = json.loads(lines[-1])
     assert answer["handoff"].startswith("cs1.")
     # The delegation block's receipt: deployer-b's output under deployer-a's planner, co-signed.

@@ -71,6 +71,7 @@ from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
+    MAX_SESSION_LEAVES,
     ChildEdge,
     CoSigner,
     DependencyKind,
@@ -79,6 +80,8 @@ from countersign.state import (
     RecordUse,
     StateRejection,
     VerdictEntry,
+    check_session_leaves,
+    first_repeated_leaf,
 )
 
 NONCE_SK = "nonce"
@@ -87,7 +90,11 @@ CHILD_SK_PREFIX = "child#"
 NONCE_PK_PREFIX = "nonce#"
 PARENT_PK_PREFIX = "parent#"
 TTL_ATTRIBUTE = "expires_at"
-TRANSACT_LIMIT = 100  # items per TransactWriteItems / TransactGetItems
+TRANSACT_LIMIT = 100  # items per TransactWriteItems (and TransactGetItems on AWS)
+# Keys per TransactGetItems read here: AWS takes 100, but the emulator (moto) still enforces the older
+# limit of 25, and the writes that follow a read are conditional, so reading in smaller snapshots
+# can only cost a retry, never an admission.
+TRANSACT_GET_CHUNK = 25
 BATCH_WRITE_LIMIT = 25  # requests per BatchWriteItem
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 VERDICT_PK_PREFIX = "verdict#"
@@ -368,8 +375,8 @@ class DynamoDbState:
         asked twice is read once: DynamoDB refuses two operations on one item in a transaction)."""
         unique = list({(k["pk"]["S"], k["sk"]["S"]): k for k in keys}.values())
         found: list[Mapping[str, Any] | None] = []
-        for start in range(0, len(unique), TRANSACT_LIMIT):
-            chunk = unique[start : start + TRANSACT_LIMIT]
+        for start in range(0, len(unique), TRANSACT_GET_CHUNK):
+            chunk = unique[start : start + TRANSACT_GET_CHUNK]
             try:
                 answer = self._client.transact_get_items(
                     TransactItems=[{"Get": {"TableName": self.table, "Key": key}} for key in chunk]
@@ -385,7 +392,7 @@ class DynamoDbState:
     def _admit_round(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, consume: bool, now_ms: int
     ) -> StateRejection | EarlierAcceptance | None:
-        # One TransactGetItems, i.e. one snapshot, for paths of up to 49 edges; a longer path is read
+        # One TransactGetItems, i.e. one snapshot, for paths of up to 12 edges; a longer path is read
         # in several (the writes below stay conditional, so a stale read can only cost a retry).
         keys: list[dict[str, dict[str, str]]] = []
         for edge in edges:
@@ -407,6 +414,17 @@ class DynamoDbState:
         earlier = _earlier(consumed, leaf)
         replayed = consumed is not None and earlier is None
 
+        writes = self._edge_writes(edges, known)
+        if consumed is None:
+            writes.append({"Put": self._nonce_put(leaf, now_ms)})
+        if writes:
+            self._write(writes)
+        if earlier is not None:
+            return earlier
+        return StateRejection(Reason.NONCE_REPLAYED, leaf.index) if replayed else None
+
+    def _edge_writes(self, edges: Sequence[ChildEdge], known: Sequence[bool]) -> list[dict[str, Any]]:
+        """The conditional writes that record a path's new children and their parents' counters."""
         writes: list[dict[str, Any]] = []
         new_per_parent: dict[str, list[ChildEdge]] = {}
         seen: set[tuple[str, str]] = set()
@@ -450,13 +468,75 @@ class DynamoDbState:
                     }
                 }
             )
-        if consumed is None:
-            writes.append({"Put": self._nonce_put(leaf, now_ms)})
-        if writes:
-            self._write(writes)
-        if earlier is not None:
-            return earlier
-        return StateRejection(Reason.NONCE_REPLAYED, leaf.index) if replayed else None
+        return writes
+
+    def admit_session(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        """Every receipt's nonce in ONE TransactWriteItems (so at most :attr:`max_session_leaves`, the
+        transaction's item limit: ADR 0022), after one consistent read that finds any nonce already
+        consumed (then nothing is written). A nonce consumed between the read and the write cancels
+        the transaction as a whole, and the next round's read reports it."""
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
+        with self._calls("admit session"):
+            for attempt in range(_ATTEMPTS):
+                try:
+                    return self._admit_session_round(edges, leaves, consume, now_ms)
+                except _Contended:
+                    if attempt + 1 < _ATTEMPTS:
+                        time.sleep(min(0.2, 0.005 * 2**attempt))
+        raise StateUnavailable(
+            f"DynamoDB table {self.table} (admit session): still contended after {_ATTEMPTS} optimistic attempts"
+        )
+
+    @property
+    def max_session_leaves(self) -> int:
+        return TRANSACT_LIMIT
+
+    def _admit_session_round(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        keys: list[dict[str, dict[str, str]]] = []
+        for edge in edges:
+            keys.append(_child_key(edge.parent_digest, edge.child_nonce))
+            keys.append(_count_key(edge.parent_digest))
+        if consume:
+            keys.extend(_nonce_key(leaf.nonce) for leaf in leaves)
+        items = self._read(keys)
+        known: list[bool] = []
+        for position, edge in enumerate(edges):
+            child, counter = items[2 * position], items[2 * position + 1]
+            held = int(counter["n"]["N"]) if counter is not None and "n" in counter else 0
+            if child is None and held >= edge.max_children:
+                return StateRejection(Reason.FANOUT_EXCEEDED, edge.index)
+            known.append(child is not None)
+        if not consume:
+            return None
+        replayed = first_repeated_leaf(leaves)
+        for leaf, consumed in zip(leaves, items[2 * len(edges) :], strict=True):
+            if consumed is not None and not (
+                leaf.request_id and consumed.get("request_id", {}).get("S") == leaf.request_id
+            ):
+                replayed = leaf.index if replayed is None else min(replayed, leaf.index)
+                break
+        if replayed is not None:
+            return StateRejection(Reason.NONCE_REPLAYED, replayed)
+        edge_writes = self._edge_writes(edges, known)
+        # A nonce already consumed under this request id (a retried session) is not written again:
+        # its item keeps its first acceptance time, and an unconditional rewrite would cancel.
+        fresh = [leaf for leaf, consumed in zip(leaves, items[2 * len(edges) :], strict=True) if consumed is None]
+        nonce_puts = [{"Put": self._nonce_put(leaf, now_ms)} for leaf in fresh]
+        if not edge_writes and not nonce_puts:
+            return None
+        if len(edge_writes) + len(nonce_puts) <= TRANSACT_LIMIT:
+            self._write(edge_writes + nonce_puts)
+        else:
+            # The children first (each write conditional, as admit records a long path's), then every
+            # nonce in one transaction: the nonces stay all or nothing.
+            self._write(edge_writes)
+            if nonce_puts:
+                self._write(nonce_puts)
+        return None
 
     def _write(self, writes: list[dict[str, Any]]) -> None:
         """One TransactWriteItems; a path with more than ~50 NEW children needs several, committed in

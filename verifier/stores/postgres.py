@@ -45,12 +45,14 @@ from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
+    MAX_SESSION_LEAVES,
     ChildEdge,
     DependencyKind,
     EarlierAcceptance,
     LeafNonce,
     StateRejection,
     VerdictEntry,
+    check_session_leaves,
 )
 from verifier.stores.verdict_rows import (
     LOOKUP_COLUMN,
@@ -61,7 +63,7 @@ from verifier.stores.verdict_rows import (
     verdict_row,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 _OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
@@ -325,6 +327,81 @@ END
 $fn$
 """,
     ),
+    # Sessions (docs/spec.md 17.5): the agent path's edges and every receipt's nonce in one statement,
+    # all or nothing. The writes run in a block whose exception handler undoes them (a subtransaction),
+    # so a nonce found consumed leaves nothing behind. Nonces are inserted in sorted order, so two
+    # admissions sharing nonces queue on the rows instead of deadlocking.
+    5: (
+        """
+CREATE FUNCTION {schema}.countersign_admit_session(
+    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
+    p_nonces text[], p_nonce_retain bigint[], p_consume boolean, p_request_id text, p_now bigint)
+    RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n integer := coalesce(array_length(p_parents, 1), 0);
+    held integer;
+    k integer;
+    previous text := NULL;
+    replayed integer := NULL;
+BEGIN
+    IF p_consume AND n > 0 THEN
+        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
+            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
+            GROUP BY e.parent ORDER BY e.parent
+        ON CONFLICT (parent) DO UPDATE
+            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
+    END IF;
+    FOR i IN 1 .. n LOOP
+        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
+        IF NOT FOUND THEN
+            held := NULL;
+            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
+            IF coalesce(held, 0) >= p_max[i] THEN
+                RETURN i - 1;
+            END IF;
+        END IF;
+    END LOOP;
+    IF NOT p_consume THEN
+        RETURN -1;
+    END IF;
+    BEGIN
+        FOR i IN 1 .. n LOOP
+            INSERT INTO {schema}.children (parent, child, retain_until_ms)
+                VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
+            END IF;
+        END LOOP;
+        FOR k IN SELECT u.i::integer FROM unnest(p_nonces) WITH ORDINALITY AS u(nonce, i) ORDER BY u.nonce, u.i
+        LOOP
+            IF p_nonces[k] = previous THEN
+                -- the session repeats a nonce: it cannot consume it twice
+                replayed := least(coalesce(replayed, k), k);
+                CONTINUE;
+            END IF;
+            previous := p_nonces[k];
+            INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms)
+                VALUES (p_nonces[k], p_nonce_retain[k], p_request_id, p_now) ON CONFLICT DO NOTHING;
+            IF NOT FOUND THEN
+                PERFORM 1 FROM {schema}.consumed_nonces
+                    WHERE nonce = p_nonces[k] AND p_request_id <> '' AND request_id = p_request_id;
+                IF NOT FOUND THEN
+                    replayed := least(coalesce(replayed, k), k);
+                END IF;
+            END IF;
+        END LOOP;
+        IF replayed IS NOT NULL THEN
+            RAISE EXCEPTION 'session nonce replayed' USING ERRCODE = 'CS001';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'CS001' THEN
+        RETURN -1 - replayed;
+    END;
+    RETURN -1;
+END
+$fn$
+""",
+    ),
 }
 
 
@@ -423,6 +500,10 @@ class PostgresState:
         self._admit_sql = sql.SQL(
             "SELECT code, accepted FROM {}.countersign_admit("
             "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s, %s::text, %s::bigint)"
+        ).format(ident)
+        self._admit_session_sql = sql.SQL(
+            "SELECT {}.countersign_admit_session("
+            "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s::text[], %s::bigint[], %s, %s::text, %s::bigint)"
         ).format(ident)
         self._collect_sql = sql.SQL("SELECT {}.countersign_collect(%s::bigint, %s::integer)").format(ident)
         self._count_sql = sql.SQL(
@@ -604,6 +685,43 @@ class PostgresState:
         if 0 <= code < len(edges):
             return StateRejection(Reason.FANOUT_EXCEEDED, edges[code].index)
         raise StateUnavailable(f"PostgreSQL state (admit): unexpected result {code}")
+
+    def admit_session(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        """One statement, ``SELECT countersign_admit_session(...)``: one transaction for the edges and
+        every nonce (migration 5). The same session admitted by two replicas at once: one inserts
+        the nonces, the other waits on the first nonce row, finds it consumed and undoes its writes."""
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
+        request_ids = {leaf.request_id for leaf in leaves}
+        if len(request_ids) != 1:
+            raise ValueError("a session's receipts are admitted under one request id")
+        params = (
+            [e.parent_digest for e in edges],
+            [e.child_nonce for e in edges],
+            [e.max_children for e in edges],
+            [e.retain_until_ms for e in edges],
+            [leaf.nonce for leaf in leaves],
+            [leaf.retain_until_ms for leaf in leaves],
+            consume,
+            request_ids.pop(),
+            now_ms,
+        )
+        row = self._call("admit session", self._admit_session_sql, params)
+        if row is None or row[0] is None:
+            raise StateUnavailable("PostgreSQL state (admit session): countersign_admit_session returned no result")
+        code = int(row[0])
+        if code == _ACCEPTED:
+            return None
+        if 0 <= code < len(edges):
+            return StateRejection(Reason.FANOUT_EXCEEDED, edges[code].index)
+        if -1 - len(leaves) <= code <= -2:  # -1 - (1-based position of the first replayed receipt)
+            return StateRejection(Reason.NONCE_REPLAYED, leaves[-2 - code].index)
+        raise StateUnavailable(f"PostgreSQL state (admit session): unexpected result {code}")
+
+    @property
+    def max_session_leaves(self) -> int:
+        return MAX_SESSION_LEAVES
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         """Delete at most ``limit`` entries (consumed nonces first, then child-set members, oldest

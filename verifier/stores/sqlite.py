@@ -20,12 +20,15 @@ from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
+    MAX_SESSION_LEAVES,
     ChildEdge,
     DependencyKind,
     EarlierAcceptance,
     LeafNonce,
     StateRejection,
     VerdictEntry,
+    check_session_leaves,
+    first_repeated_leaf,
 )
 from verifier.stores.verdict_rows import (
     LOOKUP_COLUMN,
@@ -165,6 +168,73 @@ class SqliteState:
         if inserted == 1:
             return None
         return earlier if earlier is not None else StateRejection(Reason.NONCE_REPLAYED, leaf.index)
+
+    def admit_session(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        """One ``BEGIN IMMEDIATE`` transaction: the edges, then every nonce; a nonce already consumed
+        rolls the whole transaction back, so the session consumes nothing."""
+        check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
+        with self._lock:
+            try:
+                return self._admit_session(edges, leaves, consume, now_ms)
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StateUnavailable(f"SQLite state {self.path}: {exc}") from exc
+
+    @property
+    def max_session_leaves(self) -> int:
+        return MAX_SESSION_LEAVES
+
+    def _admit_session(
+        self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], consume: bool, now_ms: int
+    ) -> StateRejection | None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE" if consume else "BEGIN")
+        new_children: list[ChildEdge] = []
+        for edge in edges:
+            known = db.execute(
+                "SELECT 1 FROM children WHERE parent = ? AND child = ?", (edge.parent_digest, edge.child_nonce)
+            ).fetchone()
+            if known is not None:
+                continue
+            row = db.execute("SELECT count FROM child_counts WHERE parent = ?", (edge.parent_digest,)).fetchone()
+            if (0 if row is None else row[0]) >= edge.max_children:
+                db.execute("ROLLBACK")
+                return StateRejection(Reason.FANOUT_EXCEEDED, edge.index)
+            new_children.append(edge)
+        if not consume:
+            db.execute("ROLLBACK")
+            return None
+        replayed = first_repeated_leaf(leaves)
+        for start in range(0, len(leaves), _SQLITE_MAX_VARIABLES):
+            batch = leaves[start : start + _SQLITE_MAX_VARIABLES]
+            placeholders = ",".join("?" * len(batch))
+            consumed = dict(
+                db.execute(
+                    f"SELECT nonce, request_id FROM consumed_nonces WHERE nonce IN ({placeholders})",  # noqa: S608
+                    [leaf.nonce for leaf in batch],
+                ).fetchall()
+            )
+            for leaf in batch:
+                if leaf.nonce in consumed and not (leaf.request_id and consumed[leaf.nonce] == leaf.request_id):
+                    replayed = leaf.index if replayed is None else min(replayed, leaf.index)
+                    break
+        if replayed is not None:
+            db.execute("ROLLBACK")
+            return StateRejection(Reason.NONCE_REPLAYED, replayed)
+        db.executemany(
+            "INSERT INTO children (parent, child, retain_until_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            [(e.parent_digest, e.child_nonce, e.retain_until_ms) for e in new_children],
+        )
+        db.executemany(
+            "INSERT INTO consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            [(leaf.nonce, leaf.retain_until_ms, leaf.request_id, now_ms) for leaf in leaves],
+        )
+        db.execute("COMMIT")
+        return None
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:

@@ -166,6 +166,137 @@ class EarlierAcceptance(_message.Message):
 Global___EarlierAcceptance: _TypeAlias = EarlierAcceptance  # noqa: Y015
 
 @_typing.final
+class SessionOutput(_message.Message):
+    """One presented output of a session: the exact bytes of the receipt at the same position."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    ABSENT_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    absent: _builtins.bool
+    """not presented: this receipt's output hash is not checked"""
+    sha256: _builtins.bytes
+    """instead of data: the output's SHA-256 (32 bytes; ADR 0027)"""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        absent: _builtins.bool = ...,
+        sha256: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["absent", b"absent", "data", b"data", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionOutput: _TypeAlias = SessionOutput  # noqa: Y015
+
+@_typing.final
+class VerifySessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    OUTPUTS_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    REQUIRE_CLOSED_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    session: _builtins.bytes
+    """Session evidence JSON (docs/spec.md section 17.1): {"v": 1, "agent": <path>, "receipts": [...]}."""
+    mode: Global___VerifyPathRequest.Mode.ValueType
+    require_closed: _builtins.bool
+    """the session must end with its close receipt (else SESSION_TRUNCATED)"""
+    request_id: _builtins.str
+    """idempotency key, as in VerifyPathRequest (one for the whole session)"""
+    @_builtins.property
+    def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionOutput]:
+        """Empty: no output is checked. Otherwise exactly one per receipt, in the same order."""
+
+    def __init__(
+        self,
+        *,
+        session: _builtins.bytes = ...,
+        outputs: _abc.Iterable[Global___SessionOutput] | None = ...,
+        mode: Global___VerifyPathRequest.Mode.ValueType = ...,
+        require_closed: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "outputs", b"outputs", "request_id", b"request_id", "require_closed", b"require_closed", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifySessionRequest: _TypeAlias = VerifySessionRequest  # noqa: Y015
+
+@_typing.final
+class SessionFacts(_message.Message):
+    """What an accepted session is (present exactly when the attribution is)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    RECEIPTS_FIELD_NUMBER: _builtins.int
+    CLOSED_FIELD_NUMBER: _builtins.int
+    session: _builtins.str
+    """the session id its receipts carry"""
+    receipts: _builtins.int
+    """how many receipts were presented (and, on ACCEPT, consumed)"""
+    closed: _builtins.bool
+    """the last receipt is the session's close receipt"""
+    def __init__(
+        self,
+        *,
+        session: _builtins.str = ...,
+        receipts: _builtins.int = ...,
+        closed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "receipts", b"receipts", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionFacts: _TypeAlias = SessionFacts  # noqa: Y015
+
+@_typing.final
+class VerifySessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERDICT_FIELD_NUMBER: _builtins.int
+    REGISTRY_SEQUENCE_FIELD_NUMBER: _builtins.int
+    ATTRIBUTION_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    registry_sequence: _builtins.int
+    @_builtins.property
+    def verdict(self) -> _common_pb2.Verdict:
+        """index: the position (in receipts) of the first offending receipt"""
+
+    @_builtins.property
+    def attribution(self) -> _common_pb2.Attribution:
+        """the path to the session's last receipt, as VerifyPath would prove it"""
+
+    @_builtins.property
+    def session(self) -> Global___SessionFacts: ...
+    def __init__(
+        self,
+        *,
+        verdict: _common_pb2.Verdict | None = ...,
+        registry_sequence: _builtins.int = ...,
+        attribution: _common_pb2.Attribution | None = ...,
+        session: Global___SessionFacts | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "session", b"session", "verdict", b"verdict"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "registry_sequence", b"registry_sequence", "session", b"session", "verdict", b"verdict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifySessionResponse: _TypeAlias = VerifySessionResponse  # noqa: Y015
+
+@_typing.final
 class ImpactRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

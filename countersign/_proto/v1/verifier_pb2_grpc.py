@@ -45,6 +45,16 @@ class VerifierStub:
                 request_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
                 _registered_method=True)
+        self.VerifySession = channel.unary_unary(
+                '/countersign.v1.Verifier/VerifySession',
+                request_serializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionResponse.FromString,
+                _registered_method=True)
+        self.VerifySessions = channel.stream_stream(
+                '/countersign.v1.Verifier/VerifySessions',
+                request_serializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionResponse.FromString,
+                _registered_method=True)
         self.Impact = channel.unary_unary(
                 '/countersign.v1.Verifier/Impact',
                 request_serializer=countersign_dot_v1_dot_verifier__pb2.ImpactRequest.SerializeToString,
@@ -70,6 +80,23 @@ class VerifierServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifySession(self, request, context):
+        """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+        in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
+        (a session with one receipt already consumed consumes none); audit mode consumes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VerifySessions(self, request_iterator, context):
+        """The same over a long-lived stream, one session at a time, each answered as VerifySession
+        answers it; bounded like VerifyPaths (lanes per client and in all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Impact(self, request, context):
         """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
         key, a record or a deployer. Operator and client certificates only.
@@ -90,6 +117,16 @@ def add_VerifierServicer_to_server(servicer, server):
                     servicer.VerifyPaths,
                     request_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.SerializeToString,
+            ),
+            'VerifySession': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifySession,
+                    request_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionResponse.SerializeToString,
+            ),
+            'VerifySessions': grpc.stream_stream_rpc_method_handler(
+                    servicer.VerifySessions,
+                    request_deserializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_verifier__pb2.VerifySessionResponse.SerializeToString,
             ),
             'Impact': grpc.unary_unary_rpc_method_handler(
                     servicer.Impact,
@@ -151,6 +188,60 @@ class Verifier:
             '/countersign.v1.Verifier/VerifyPaths',
             countersign_dot_v1_dot_verifier__pb2.VerifyPathRequest.SerializeToString,
             countersign_dot_v1_dot_verifier__pb2.VerifyPathResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifySession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.Verifier/VerifySession',
+            countersign_dot_v1_dot_verifier__pb2.VerifySessionRequest.SerializeToString,
+            countersign_dot_v1_dot_verifier__pb2.VerifySessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifySessions(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/countersign.v1.Verifier/VerifySessions',
+            countersign_dot_v1_dot_verifier__pb2.VerifySessionRequest.SerializeToString,
+            countersign_dot_v1_dot_verifier__pb2.VerifySessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,6 +38,15 @@ class VerifierStub:
     answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
     not an error). An error ends the stream with the status VerifyPath would return.
     """
+    VerifySession: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.VerifySessionRequest, _verifier_pb2.VerifySessionResponse]
+    """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+    in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
+    (a session with one receipt already consumed consumes none); audit mode consumes nothing.
+    """
+    VerifySessions: _grpc.StreamStreamMultiCallable[_verifier_pb2.VerifySessionRequest, _verifier_pb2.VerifySessionResponse]
+    """The same over a long-lived stream, one session at a time, each answered as VerifySession
+    answers it; bounded like VerifyPaths (lanes per client and in all).
+    """
     Impact: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ImpactRequest, _verifier_pb2.ImpactResponse]
     """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
     key, a record or a deployer. Operator and client certificates only.
@@ -51,6 +60,15 @@ class VerifierAsyncStub(VerifierStub):
     """The same verification over a long-lived stream (a verification lane): paths one at a time, each
     answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
     not an error). An error ends the stream with the status VerifyPath would return.
+    """
+    VerifySession: _aio.UnaryUnaryMultiCallable[_verifier_pb2.VerifySessionRequest, _verifier_pb2.VerifySessionResponse]  # type: ignore[assignment]
+    """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+    in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
+    (a session with one receipt already consumed consumes none); audit mode consumes nothing.
+    """
+    VerifySessions: _aio.StreamStreamMultiCallable[_verifier_pb2.VerifySessionRequest, _verifier_pb2.VerifySessionResponse]  # type: ignore[assignment]
+    """The same over a long-lived stream, one session at a time, each answered as VerifySession
+    answers it; bounded like VerifyPaths (lanes per client and in all).
     """
     Impact: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ImpactRequest, _verifier_pb2.ImpactResponse]  # type: ignore[assignment]
     """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
@@ -74,6 +92,27 @@ class VerifierServicer(metaclass=_abc_1.ABCMeta):
         """The same verification over a long-lived stream (a verification lane): paths one at a time, each
         answered before the next is sent, exactly as VerifyPath answers it (a rejected path is a verdict,
         not an error). An error ends the stream with the status VerifyPath would return.
+        """
+
+    @_abc_1.abstractmethod
+    def VerifySession(
+        self,
+        request: _verifier_pb2.VerifySessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_verifier_pb2.VerifySessionResponse, _abc.Awaitable[_verifier_pb2.VerifySessionResponse]]:
+        """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+        in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
+        (a session with one receipt already consumed consumes none); audit mode consumes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def VerifySessions(
+        self,
+        request_iterator: _MaybeAsyncIterator[_verifier_pb2.VerifySessionRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_verifier_pb2.VerifySessionResponse], _abc.AsyncIterator[_verifier_pb2.VerifySessionResponse]]:
+        """The same over a long-lived stream, one session at a time, each answered as VerifySession
+        answers it; bounded like VerifyPaths (lanes per client and in all).
         """
 
     @_abc_1.abstractmethod
