@@ -164,11 +164,13 @@ class AsyncOperatorClient:
         public_key: str | None = None,
         at_ms: int | None = None,
         note: str | None = None,
+        endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """See :meth:`OperatorClient.prepare`."""
         statement = (await self.log()).next_statement(
-            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note
-        )
+            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
+            endorsement=endorsement,
+        )  # fmt: skip
         return sign_statement(statement, self._operator)
 
     async def submit(
@@ -180,9 +182,12 @@ class AsyncOperatorClient:
         public_key: str | None = None,
         at_ms: int | None = None,
         note: str | None = None,
+        endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """See :meth:`OperatorClient.submit`."""
-        signed = await self.prepare(kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note)
+        signed = await self.prepare(
+            kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note, endorsement=endorsement
+        )
         try:
             await self._stub.Submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10)
         except grpc.RpcError as exc:
