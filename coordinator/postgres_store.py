@@ -130,7 +130,7 @@ class PostgresLogStore:
                 )
             except psycopg.Error as exc:
                 raise ConfigError(f"cannot read the registry checkpoint: {exc}") from None
-        return None if row is None else bytes(row[0])  # type: ignore[arg-type]
+        return None if row is None else bytes(row[0])  # type: ignore[call-overload]
 
     def store_checkpoint(self, checkpoint: bytes) -> None:
         with self._lock:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,8 @@ from countersign_cli.main import EXIT_OK, UsageError
 # --help` and the offline commands run on the core alone (`pip install countersign`, no extras).
 if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
+    from countersign.checkpoint import SignedCheckpoint
+    from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
 
 # The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
@@ -82,12 +87,32 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         sub.add_argument("--note", help="free text recorded in the statement")
         sub.add_argument("--out", help="offline: write the signed statement here instead of submitting it")
         sub.add_argument("--log", help="offline: the current registry-log.json (registry export) to chain onto")
+        sub.add_argument(
+            "--lifetime-ms", type=int, default=60_000, help="lifetime of the checkpoint sent with it (default 60000)"
+        )
         add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
+    checkpoint = op_actions.add_parser(
+        "checkpoint",
+        help="sign and submit a checkpoint of the served log (once, or every --every-ms); followers are stale "
+        "without an unexpired one",
+    )
+    checkpoint.add_argument("--key", required=True, help="the operator key file")
+    checkpoint.add_argument(
+        "--lifetime-ms", type=int, default=60_000,
+        help="how long each checkpoint keeps followers fresh: the bound on a coordinator that withholds a "
+        "statement (default 60000)",
+    )  # fmt: skip
+    checkpoint.add_argument(
+        "--every-ms", type=int, default=0,
+        help="keep running and submit one this often (a third of --lifetime-ms is a good choice); 0: once",
+    )  # fmt: skip
+    add_client_arguments(checkpoint, "--coordinator")
     submit = op_actions.add_parser("submit", help="submit a statement signed offline (operator <action> --out)")
     submit.add_argument("--statement", required=True, help="the signed statement file")
     add_client_arguments(submit, "--coordinator")
     submit.set_defaults(handler=cmd_operator_submit)
+    checkpoint.set_defaults(handler=cmd_operator_checkpoint)
 
     registry = commands.add_parser("registry", help="the admission registry")
     reg_actions = registry.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -290,7 +315,10 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         return _sign_offline(args, operator, key_id, public_key, at_ms)
     if not args.coordinator:
         raise UsageError("give --coordinator (sign and submit) or --log and --out (sign offline)")
-    client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), operator)
+    client = OperatorClient(
+        args.coordinator, client_tls(args, args.coordinator), operator,
+        checkpoint_lifetime_ms=_lifetime(args), known_head=_known_head(args),
+    )  # fmt: skip
     try:
         signed = client.submit(args.kind, args.deployer, key_id, public_key=public_key, at_ms=at_ms, note=args.note)
     except CountersignError as exc:
@@ -298,6 +326,56 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest(), "kind": args.kind.value}))
+    return EXIT_OK
+
+
+def _lifetime(args: argparse.Namespace) -> int:
+    from countersign.checkpoint import MAX_CHECKPOINT_LIFETIME_MS
+
+    if not 1_000 <= args.lifetime_ms <= MAX_CHECKPOINT_LIFETIME_MS:
+        raise UsageError(f"--lifetime-ms must be between 1000 and {MAX_CHECKPOINT_LIFETIME_MS}")
+    return int(args.lifetime_ms)
+
+
+def _known_head(args: argparse.Namespace) -> KnownHead:
+    """The head this operator submitted, kept next to a key file so the statement commands and the
+    checkpoint loop share it: the loop then refuses to checkpoint a log that withholds one."""
+    from countersign.client.operator import KnownHead
+
+    if args.key.startswith("awskms:"):
+        return KnownHead()  # no file to sit beside; the loop checks within its own process only
+    return KnownHead(Path(args.key.removeprefix("file:")).with_suffix(".head.json"))
+
+
+def cmd_operator_checkpoint(args: argparse.Namespace) -> int:
+    from countersign.client.operator import CheckpointLoop
+
+    operator = load_key(args.key)
+    lifetime = _lifetime(args)
+    if args.every_ms and not 0 < args.every_ms < lifetime:
+        raise UsageError("--every-ms must be shorter than --lifetime-ms")
+
+    def report(checkpoint: SignedCheckpoint) -> None:
+        body = checkpoint.checkpoint
+        print(json.dumps({"sequence": body.sequence, "head": body.head, "expires_ms": body.expires_ms}), flush=True)
+
+    def complain(exc: Exception) -> None:
+        print(f"countersign: checkpoint not submitted: {getattr(exc, 'code', '')} {exc}", file=sys.stderr, flush=True)
+
+    loop = CheckpointLoop(
+        lambda: args.coordinator, client_tls(args, args.coordinator), operator,
+        every_ms=args.every_ms or lifetime // 3, checkpoint_lifetime_ms=lifetime, known_head=_known_head(args),
+        on_checkpoint=report, on_error=complain,
+    )  # fmt: skip
+    if args.every_ms:
+        signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+        with contextlib.suppress(KeyboardInterrupt):
+            loop.run()
+        return EXIT_OK
+    try:
+        report(loop.once())
+    except CountersignError as exc:
+        raise UsageError(f"checkpoint not submitted: {getattr(exc, 'code', '')} {exc}") from None
     return EXIT_OK
 
 
