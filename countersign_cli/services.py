@@ -90,6 +90,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         sub.add_argument(
             "--lifetime-ms", type=int, default=60_000, help="lifetime of the checkpoint sent with it (default 60000)"
         )
+        sub.add_argument("--head-file", default="", help=HEAD_FILE_HELP)
         add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
     checkpoint = op_actions.add_parser(
@@ -107,6 +108,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--every-ms", type=int, default=0,
         help="keep running and submit one this often (a third of --lifetime-ms is a good choice); 0: once",
     )  # fmt: skip
+    checkpoint.add_argument("--head-file", default="", help=HEAD_FILE_HELP)
     add_client_arguments(checkpoint, "--coordinator")
     submit = op_actions.add_parser("submit", help="submit a statement signed offline (operator <action> --out)")
     submit.add_argument("--statement", required=True, help="the signed statement file")
@@ -127,6 +129,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from countersign_cli import audit  # registry verify: the offline check of an exported log
 
     audit.register_registry_actions(reg_actions)
+
+
+HEAD_FILE_HELP = (
+    "where the operator records the newest head it submitted, shared by the statement commands and the "
+    "checkpoint loop (default: beside a file key, <key>.head.json)"
+)
 
 
 def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, required: bool = True) -> None:
@@ -342,6 +350,8 @@ def _known_head(args: argparse.Namespace) -> KnownHead:
     checkpoint loop share it: the loop then refuses to checkpoint a log that withholds one."""
     from countersign.client.operator import KnownHead
 
+    if args.head_file:
+        return KnownHead(args.head_file)
     if args.key.startswith("awskms:"):
         return KnownHead()  # no file to sit beside; the loop checks within its own process only
     return KnownHead(Path(args.key.removeprefix("file:")).with_suffix(".head.json"))

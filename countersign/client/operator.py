@@ -72,8 +72,12 @@ class KnownHead:
             self._head = (sequence, digest)
             if self._path is not None:
                 temporary = self._path.with_name(self._path.name + ".tmp")
-                temporary.write_text(json.dumps({"sequence": sequence, "head": digest}) + "\n")
-                os.replace(temporary, self._path)
+                try:
+                    temporary.write_text(json.dumps({"sequence": sequence, "head": digest}) + "\n")
+                    os.replace(temporary, self._path)
+                except OSError as exc:
+                    message = f"cannot record the submitted head in {self._path}: {exc}"
+                    raise ServiceError("INVALID_ARGUMENT", message) from None
 
 
 def not_served(message: str) -> ServiceError:
