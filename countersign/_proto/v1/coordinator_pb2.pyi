@@ -28,7 +28,7 @@ class SubmitRequest(_message.Message):
     statement: _builtins.bytes
     """canonical JSON of the signed statement envelope"""
     checkpoint: _builtins.bytes
-    """Optional: the signed checkpoint of the log with this statement appended (spec 8.6), stored with
+    """Optional: the signed checkpoint of the log with this statement appended (spec 7.4), stored with
     it atomically so followers never see the new head without a checkpoint naming it.
     """
     def __init__(
