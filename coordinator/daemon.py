@@ -84,6 +84,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self._metrics = metrics
         self._require_operator = require_operator
         self._changed = threading.Condition()
+        # Serialises writers, so a checkpoint is stored without holding _changed: readers (GetLog,
+        # Watch) never wait on a durable write of the operator's routine checkpoint renewal.
+        self._writing = threading.Lock()
         self._closing = threading.Event()
         self._log = AdmissionLog(key)
         try:
@@ -131,7 +134,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         except MalformedError as exc:
             self._metrics.submissions.labels("malformed").inc()
             raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
-        with self._changed:
+        with self._writing, self._changed:
             try:
                 registry = self._log.prepare(signed)
                 if checkpoint is not None:
@@ -195,10 +198,11 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         except MalformedError as exc:
             self._metrics.checkpoints.labels("malformed").inc()
             raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
-        with self._changed:
+        with self._writing:
             try:
-                self._check_checkpoint(self._log, checkpoint)
-                self._store.store_checkpoint(checkpoint.to_bytes())
+                with self._changed:
+                    self._check_checkpoint(self._log, checkpoint)
+                self._store.store_checkpoint(checkpoint.to_bytes())  # only writers wait on this
             except AdmissionError as exc:
                 status = (
                     grpc.StatusCode.PERMISSION_DENIED
@@ -206,9 +210,10 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                     else grpc.StatusCode.FAILED_PRECONDITION
                 )
                 raise ServiceError(exc.code, str(exc), status) from None
-            self._set_checkpoint(checkpoint)
-            self._changed.notify_all()  # watchers send it at once, in a heartbeat
-            head, digest = self._log.head_sequence, self._log.head_digest or ""
+            with self._changed:
+                self._set_checkpoint(checkpoint)
+                self._changed.notify_all()  # watchers send it at once, in a heartbeat
+                head, digest = self._log.head_sequence, self._log.head_digest or ""
         return coordinator_pb2.SubmitCheckpointResponse(sequence=head, head_digest=digest)
 
     def _snapshot(self, start: int) -> tuple[list[bytes], int, str, bytes]:
