@@ -22,6 +22,7 @@ from countersign._daemon.limits import LimitsConfig
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
+from countersign.checkpoint import CheckpointError, SignedCheckpoint, check_served
 from countersign.client.errors import ServiceError
 from countersign.client.tls import TlsConfig
 from countersign.errors import ConfigError, MalformedError
@@ -65,6 +66,13 @@ class CoordinatorMetrics:
         self.watchers = prometheus_client.Gauge(
             "countersign_coordinator_watchers", "Open watch streams", registry=registry
         )
+        self.checkpoints = prometheus_client.Counter(
+            "countersign_coordinator_checkpoints", "Checkpoints submitted, by result", ["result"], registry=registry
+        )
+        self.checkpoint_expires = prometheus_client.Gauge(
+            "countersign_coordinator_checkpoint_expires_ms",
+            "expires_ms of the checkpoint served (0: none yet)", registry=registry,
+        )  # fmt: skip
 
 
 class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
@@ -76,12 +84,29 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self._metrics = metrics
         self._require_operator = require_operator
         self._changed = threading.Condition()
+        # Serialises writers, so a checkpoint is stored without holding _changed: readers (GetLog,
+        # Watch) never wait on a durable write of the operator's routine checkpoint renewal.
+        self._writing = threading.Lock()
         self._closing = threading.Event()
         self._log = AdmissionLog(key)
         try:
             self._log.extend([SignedStatement.from_bytes(b) for b in store.load()])
         except (AdmissionError, MalformedError) as exc:
             raise ConfigError(f"stored registry log does not verify under the operator key: {exc}") from None
+        self._checkpoint: SignedCheckpoint | None = None
+        self._checkpoint_bytes = b""
+        stored = store.load_checkpoint()
+        if stored is not None:
+            try:
+                checkpoint = SignedCheckpoint.from_bytes(stored)
+                check_served(self._log, checkpoint, None, exact=True)
+            except (CheckpointError, MalformedError) as exc:
+                # Not fatal: followers go stale until the operator's next checkpoint, which is the
+                # fail-closed outcome anyway; refusing to start would also stop the log being served.
+                log.error("stored checkpoint is unusable; waiting for the operator's next", extra={"error": str(exc)})
+            else:
+                self._checkpoint, self._checkpoint_bytes = checkpoint, checkpoint.to_bytes()
+                metrics.checkpoint_expires.set(checkpoint.checkpoint.expires_ms)
         metrics.sequence.set(self._log.head_sequence)
 
     def close(self) -> None:
@@ -105,13 +130,19 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 )
         try:
             signed = SignedStatement.from_bytes(request.statement)
+            checkpoint = SignedCheckpoint.from_bytes(request.checkpoint) if request.checkpoint else None
         except MalformedError as exc:
             self._metrics.submissions.labels("malformed").inc()
             raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
-        with self._changed:
+        with self._writing, self._changed:
             try:
                 registry = self._log.prepare(signed)
-                self._store.append(signed.statement.sequence, signed.digest(), signed.to_bytes())
+                if checkpoint is not None:
+                    # Checked against the log as it will be once the statement is appended.
+                    after = AdmissionLog(self._log.operator_key, [*self._log.entries, signed], registry)
+                    self._check_checkpoint(after, checkpoint)
+                stored = None if checkpoint is None else checkpoint.to_bytes()
+                self._store.append(signed.statement.sequence, signed.digest(), signed.to_bytes(), stored)
             except AdmissionError as exc:
                 self._metrics.submissions.labels(exc.code.lower()).inc()
                 status = (
@@ -123,6 +154,8 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             except LogConflict as exc:
                 raise ServiceError("SEQUENCE_CONFLICT", str(exc), grpc.StatusCode.ABORTED) from None
             self._log.commit(signed, registry)
+            if checkpoint is not None:
+                self._set_checkpoint(checkpoint)
             self._changed.notify_all()
             head, digest = self._log.head_sequence, self._log.head_digest or ""
         self._metrics.submissions.labels("accepted").inc()
@@ -134,17 +167,69 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         )  # fmt: skip
         return coordinator_pb2.SubmitResponse(sequence=signed.statement.sequence, head_digest=digest)
 
-    def _snapshot(self, start: int) -> tuple[list[bytes], int, str]:
+    def _check_checkpoint(self, log_after: AdmissionLog, checkpoint: SignedCheckpoint) -> None:
+        """Raises AdmissionError with the checkpoint's refusal code (so Submit maps it like a statement's)."""
+        try:
+            check_served(log_after, checkpoint, self._checkpoint, exact=True)
+        except CheckpointError as exc:
+            self._metrics.checkpoints.labels(exc.code.lower()).inc()
+            # An older checkpoint is a stale operator loop, not a fork: the same code as a lost race.
+            code = "SEQUENCE_CONFLICT" if exc.code == "ROLLBACK" else exc.code
+            raise AdmissionError(code, str(exc)) from None
+
+    def _set_checkpoint(self, checkpoint: SignedCheckpoint) -> None:
+        self._checkpoint = checkpoint
+        self._checkpoint_bytes = checkpoint.to_bytes()
+        self._metrics.checkpoints.labels("accepted").inc()
+        self._metrics.checkpoint_expires.set(checkpoint.checkpoint.expires_ms)
+
+    @servicer_edge
+    def SubmitCheckpoint(
+        self, request: coordinator_pb2.SubmitCheckpointRequest, context: grpc.ServicerContext
+    ) -> coordinator_pb2.SubmitCheckpointResponse:
+        if self._require_operator:
+            identity = peer_identity(context)
+            if identity is None or identity.role != "operator":
+                raise ServiceError(
+                    "NOT_AUTHORISED", "only the operator submits checkpoints", grpc.StatusCode.PERMISSION_DENIED
+                )
+        try:
+            checkpoint = SignedCheckpoint.from_bytes(request.checkpoint)
+        except MalformedError as exc:
+            self._metrics.checkpoints.labels("malformed").inc()
+            raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+        with self._writing:
+            try:
+                with self._changed:
+                    self._check_checkpoint(self._log, checkpoint)
+                self._store.store_checkpoint(checkpoint.to_bytes())  # only writers wait on this
+            except AdmissionError as exc:
+                status = (
+                    grpc.StatusCode.PERMISSION_DENIED
+                    if exc.code == "BAD_STATEMENT_SIGNATURE"
+                    else grpc.StatusCode.FAILED_PRECONDITION
+                )
+                raise ServiceError(exc.code, str(exc), status) from None
+            with self._changed:
+                self._set_checkpoint(checkpoint)
+                self._changed.notify_all()  # watchers send it at once, in a heartbeat
+                head, digest = self._log.head_sequence, self._log.head_digest or ""
+        return coordinator_pb2.SubmitCheckpointResponse(sequence=head, head_digest=digest)
+
+    def _snapshot(self, start: int) -> tuple[list[bytes], int, str, bytes]:
         with self._changed:
             entries = self._log.entries[start : start + MAX_WATCH_BATCH]
-            return [e.to_bytes() for e in entries], self._log.head_sequence, self._log.head_digest or ""
+            head, digest = self._log.head_sequence, self._log.head_digest or ""
+            return [e.to_bytes() for e in entries], head, digest, self._checkpoint_bytes
 
     @servicer_edge
     def GetLog(
         self, request: coordinator_pb2.GetLogRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.GetLogResponse:
-        statements, head, digest = self._snapshot(request.from_sequence)
-        return coordinator_pb2.GetLogResponse(statements=statements, head_sequence=head, head_digest=digest)
+        statements, head, digest, checkpoint = self._snapshot(request.from_sequence)
+        return coordinator_pb2.GetLogResponse(
+            statements=statements, head_sequence=head, head_digest=digest, checkpoint=checkpoint
+        )
 
     def Watch(
         self, request: coordinator_pb2.WatchRequest, context: grpc.ServicerContext
@@ -159,7 +244,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self._metrics.watchers.inc()
         try:
             while context.is_active() and not self._closing.is_set():
-                statements, head, digest = self._snapshot(position)
+                statements, head, digest, checkpoint = self._snapshot(position)
                 for statement in statements:
                     yield coordinator_pb2.WatchEvent(statement=statement)
                 position += len(statements)
@@ -167,14 +252,25 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                     continue
                 yield coordinator_pb2.WatchEvent(
                     heartbeat=coordinator_pb2.Heartbeat(
-                        head_sequence=head, head_digest=digest, sent_ms=time.time_ns() // 1_000_000
+                        head_sequence=head,
+                        head_digest=digest,
+                        sent_ms=time.time_ns() // 1_000_000,
+                        checkpoint=checkpoint,
                     )
                 )
                 with self._changed:
-                    if self._log.head_sequence <= position and not self._closing.is_set():
+                    if (
+                        self._log.head_sequence <= position
+                        and self._checkpoint_of(checkpoint)
+                        and not self._closing.is_set()
+                    ):
                         self._changed.wait(interval)
         finally:
             self._metrics.watchers.dec()
+
+    def _checkpoint_of(self, sent: bytes) -> bool:
+        """The checkpoint just sent is still the served one (call with the condition held)."""
+        return sent == self._checkpoint_bytes
 
 
 class CoordinatorDaemon:

@@ -54,6 +54,12 @@ class PostgresLogStore:
                         " (sequence BIGINT PRIMARY KEY, digest TEXT NOT NULL, statement BYTEA NOT NULL)"
                     ).format(sql.Identifier(self._schema))
                 )
+                conn.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {}.registry_checkpoint"
+                        " (only_row INTEGER PRIMARY KEY CHECK (only_row = 1), checkpoint BYTEA NOT NULL)"
+                    ).format(sql.Identifier(self._schema))
+                )
         except StateUnavailable as exc:
             raise ConfigError(f"cannot open the registry log in PostgreSQL: {exc}") from None
 
@@ -82,7 +88,7 @@ class PostgresLogStore:
                 raise ConfigError(f"registry log has a gap at sequence {expected}")
         return [bytes(statement) for _, statement in rows]  # type: ignore[call-overload]
 
-    def append(self, sequence: int, digest: str, statement: bytes) -> None:
+    def append(self, sequence: int, digest: str, statement: bytes, checkpoint: bytes | None = None) -> None:
         with self._lock:
             try:
                 conn = self._connection()
@@ -93,8 +99,45 @@ class PostgresLogStore:
                         ),
                         (sequence, digest, statement),
                     )
+                    if checkpoint is not None:
+                        self._put_checkpoint(conn, checkpoint)
             except psycopg.errors.UniqueViolation:
                 raise LogConflict(f"sequence {sequence} is already stored") from None
+            except psycopg.Error as exc:
+                self._conn = None
+                raise StateUnavailable(f"PostgreSQL: {exc}") from None
+
+    def _put_checkpoint(self, conn: psycopg.Connection[tuple[object, ...]], checkpoint: bytes) -> None:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.registry_checkpoint (only_row, checkpoint) VALUES (1, %s)"
+                " ON CONFLICT (only_row) DO UPDATE SET checkpoint = excluded.checkpoint"
+            ).format(sql.Identifier(self._schema)),
+            (checkpoint,),
+        )
+
+    def load_checkpoint(self) -> bytes | None:
+        with self._lock:
+            try:
+                row = (
+                    self._connection()
+                    .execute(
+                        sql.SQL("SELECT checkpoint FROM {}.registry_checkpoint WHERE only_row = 1").format(
+                            sql.Identifier(self._schema)
+                        )
+                    )
+                    .fetchone()
+                )
+            except psycopg.Error as exc:
+                raise ConfigError(f"cannot read the registry checkpoint: {exc}") from None
+        return None if row is None else bytes(row[0])  # type: ignore[call-overload]
+
+    def store_checkpoint(self, checkpoint: bytes) -> None:
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    self._put_checkpoint(conn, checkpoint)
             except psycopg.Error as exc:
                 self._conn = None
                 raise StateUnavailable(f"PostgreSQL: {exc}") from None

@@ -105,6 +105,7 @@ class ErrorCode(StrEnum):
     CHAIN_MISMATCH = "CHAIN_MISMATCH"
     INVALID_STATEMENT = "INVALID_STATEMENT"
     ROLLBACK = "ROLLBACK"  # found by a follower or operator: the served log is shorter than the copy held
+    NOT_SERVED = "NOT_SERVED"  # found by the operator: the coordinator does not serve back what it accepted
     # seen by a client when no server answered with a code of its own (transport, limits, gRPC itself)
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"

@@ -5,6 +5,11 @@ It writes a development PKI, the operator key, one key per deployer and a TOML f
 work directory, starts each daemon as ``python -m countersign_cli <daemon> serve --config …``, waits for
 its ready file (daemons bind port 0 and publish the port), and enrols the deployers through operator
 statements. ``launcher`` wraps each command (the zone harness prefixes ``ip netns exec <zone>``).
+
+Once the coordinator runs, the operator's checkpoint loop runs in this process (a thread), as an
+operator runs ``countersign operator checkpoint --every-ms``: followers count their copy as fresh only
+while they hold an unexpired operator checkpoint (spec 7.5), so without it every daemon would go stale
+once the last submit's checkpoint expired.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from countersign._daemon.tls import PeerIdentity, create_ca, issue_certificate
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
 from countersign.client import OperatorClient, SignerClient, VerifierClient
+from countersign.client.operator import CheckpointLoop, KnownHead
 from countersign.client.tls import TlsConfig, coordinator_dns, signer_dns, verifier_dns
 from countersign.keys import Ed25519Signer
 
@@ -110,7 +116,16 @@ class LocalMesh:
     verifier_options: Mapping[str, Any] = field(default_factory=dict)  # more verifier settings, for every verifier
     launcher: Callable[[str, list[str]], list[str]] = field(default=lambda name, argv: argv)
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_lifetime_ms: int | None = None  # default: staleness_ms
+    checkpoint_every_ms: int | None = None  # default: a third of the lifetime; 0: run no checkpoint loop
+    coordinator_for_followers: str | None = None  # tests: point signers and verifiers elsewhere (a proxy)
     daemons: dict[str, Daemon] = field(default_factory=dict, init=False)
+    checkpoints: CheckpointLoop | None = field(default=None, init=False)
+    operator_head: KnownHead = field(default_factory=KnownHead, init=False)
+
+    @property
+    def lifetime_ms(self) -> int:
+        return self.checkpoint_lifetime_ms or self.staleness_ms
 
     # --- set-up ----------------------------------------------------------------------------------
 
@@ -217,7 +232,7 @@ class LocalMesh:
             return daemon
         env = {**os.environ, **self.extra_env}
         if daemon.kind != "coordinator":
-            env["COUNTERSIGN_COORDINATOR"] = self.daemons["coordinator"].address
+            env["COUNTERSIGN_COORDINATOR"] = self.coordinator_for_followers or self.daemons["coordinator"].address
         if daemon.port:
             env["COUNTERSIGN_LISTEN"] = daemon.address
             env["COUNTERSIGN_METRICS_LISTEN"] = f"{daemon.host}:{daemon.metrics_port}"
@@ -236,7 +251,24 @@ class LocalMesh:
             time.sleep(0.02)
         ready = json.loads(daemon.ready_file.read_text())
         daemon.port, daemon.metrics_port = ready["grpc_port"], ready["metrics_port"]
+        if daemon.kind == "coordinator":
+            self.start_checkpoints()
         return daemon
+
+    def start_checkpoints(self) -> None:
+        """Run the operator's checkpoint loop against the coordinator (once; it follows restarts)."""
+        every = self.checkpoint_every_ms if self.checkpoint_every_ms is not None else self.lifetime_ms // 3
+        if self.checkpoints is not None or every == 0:
+            return
+        self.checkpoints = CheckpointLoop(
+            lambda: self.daemons["coordinator"].address, self.tls_for("operator"), self.operator,
+            every_ms=every, checkpoint_lifetime_ms=self.lifetime_ms, known_head=self.operator_head,
+        ).start()  # fmt: skip
+
+    def stop_checkpoints(self) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.stop()
+            self.checkpoints = None
 
     def start_all(self) -> LocalMesh:
         self.start("coordinator")
@@ -262,6 +294,7 @@ class LocalMesh:
         self.stop(name, sig=signal.SIGKILL)
 
     def stop_all(self) -> dict[str, int | None]:
+        self.stop_checkpoints()
         codes = {}
         for name in reversed(list(self.daemons)):
             codes[name] = self.stop(name)
@@ -295,7 +328,10 @@ class LocalMesh:
     # --- enrolment and clients -------------------------------------------------------------------
 
     def operator_client(self) -> OperatorClient:
-        return OperatorClient(self.daemons["coordinator"].address, self.tls_for("operator"), self.operator)
+        return OperatorClient(
+            self.daemons["coordinator"].address, self.tls_for("operator"), self.operator,
+            checkpoint_lifetime_ms=self.lifetime_ms, known_head=self.operator_head,
+        )  # fmt: skip
 
     def enrol_all(self, *, wait: bool = True) -> None:
         client = self.operator_client()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,8 @@ from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 # --help` and the offline commands run on the core alone (`pip install countersign`, no extras).
 if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
+    from countersign.checkpoint import SignedCheckpoint
+    from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
 
 # The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
@@ -103,14 +108,40 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "--first", action="store_true",
             help="offline: this is the registry's first statement (no log exists yet; instead of --log)",
         )  # fmt: skip
+        sub.add_argument(
+            "--lifetime-ms", type=int, default=60_000, help="lifetime of the checkpoint sent with it (default 60000)"
+        )
+        sub.add_argument("--head-file", default="", help=HEAD_FILE_HELP)
         add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
+    checkpoint = op_actions.add_parser(
+        "checkpoint",
+        help="sign and submit a checkpoint of the served log (once, or every --every-ms); followers are stale "
+        "without an unexpired one",
+    )
+    checkpoint.add_argument("--key", required=True, help="the operator key file")
+    checkpoint.add_argument(
+        "--lifetime-ms", type=int, default=60_000,
+        help="how long each checkpoint keeps followers fresh: the bound on a coordinator that withholds a "
+        "statement (default 60000)",
+    )  # fmt: skip
+    checkpoint.add_argument(
+        "--every-ms", type=int, default=0,
+        help="keep running and submit one this often (a third of --lifetime-ms is a good choice); 0: once",
+    )  # fmt: skip
+    checkpoint.add_argument("--head-file", default="", help=HEAD_FILE_HELP)
+    add_client_arguments(checkpoint, "--coordinator")
+    checkpoint.set_defaults(handler=cmd_operator_checkpoint)
     endorse = op_actions.add_parser(
         "endorse-key", help="record an old key's endorsement of the deployer's new key (key endorse --out)"
     )
     endorse.add_argument("--key", required=True, help="the operator key file")
     endorse.add_argument("--endorsement", required=True, help="the signed endorsement file (key endorse)")
     endorse.add_argument("--note", help="free text recorded in the statement")
+    endorse.add_argument(
+        "--lifetime-ms", type=int, default=60_000, help="lifetime of the checkpoint sent with it (default 60000)"
+    )
+    endorse.add_argument("--head-file", default="", help=HEAD_FILE_HELP)
     add_client_arguments(endorse, "--coordinator")
     endorse.set_defaults(handler=cmd_operator_endorse)
 
@@ -156,6 +187,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from countersign_cli import audit  # registry verify: the offline check of an exported log
 
     audit.register_registry_actions(reg_actions)
+
+
+HEAD_FILE_HELP = (
+    "where the operator records the newest head it submitted, shared by the statement commands and the "
+    "checkpoint loop (default: beside a file key, <key>.head.json)"
+)
 
 
 def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, required: bool = True) -> None:
@@ -378,7 +415,10 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         raise UsageError("--first and --log are for signing offline: give --out too")
     if not args.coordinator:
         raise UsageError("give --coordinator (sign and submit) or --log and --out (sign offline)")
-    client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), operator)
+    client = OperatorClient(
+        args.coordinator, client_tls(args, args.coordinator), operator,
+        checkpoint_lifetime_ms=_lifetime(args), known_head=_known_head(args),
+    )  # fmt: skip
     try:
         signed = client.submit(args.kind, args.deployer, key_id, public_key=public_key, at_ms=at_ms, note=args.note)
     except CountersignError as exc:
@@ -387,6 +427,58 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         client.close()
     answer = {"sequence": signed.statement.sequence, "digest": signed.digest(), "kind": args.kind.value}
     print(json.dumps({**answer, "what": STATEMENT_WORDS[args.kind]}))
+    return EXIT_OK
+
+
+def _lifetime(args: argparse.Namespace) -> int:
+    from countersign.checkpoint import MAX_CHECKPOINT_LIFETIME_MS
+
+    if not 1_000 <= args.lifetime_ms <= MAX_CHECKPOINT_LIFETIME_MS:
+        raise UsageError(f"--lifetime-ms must be between 1000 and {MAX_CHECKPOINT_LIFETIME_MS}")
+    return int(args.lifetime_ms)
+
+
+def _known_head(args: argparse.Namespace) -> KnownHead:
+    """The head this operator submitted, kept next to a key file so the statement commands and the
+    checkpoint loop share it: the loop then refuses to checkpoint a log that withholds one."""
+    from countersign.client.operator import KnownHead
+
+    if args.head_file:
+        return KnownHead(args.head_file)
+    if args.key.startswith("awskms:"):
+        return KnownHead()  # no file to sit beside; the loop checks within its own process only
+    return KnownHead(Path(args.key.removeprefix("file:")).with_suffix(".head.json"))
+
+
+def cmd_operator_checkpoint(args: argparse.Namespace) -> int:
+    from countersign.client.operator import CheckpointLoop
+
+    operator = load_key(args.key)
+    lifetime = _lifetime(args)
+    if args.every_ms and not 0 < args.every_ms < lifetime:
+        raise UsageError("--every-ms must be shorter than --lifetime-ms")
+
+    def report(checkpoint: SignedCheckpoint) -> None:
+        body = checkpoint.checkpoint
+        print(json.dumps({"sequence": body.sequence, "head": body.head, "expires_ms": body.expires_ms}), flush=True)
+
+    def complain(exc: Exception) -> None:
+        print(f"countersign: checkpoint not submitted: {getattr(exc, 'code', '')} {exc}", file=sys.stderr, flush=True)
+
+    loop = CheckpointLoop(
+        lambda: args.coordinator, client_tls(args, args.coordinator), operator,
+        every_ms=args.every_ms or lifetime // 3, checkpoint_lifetime_ms=lifetime, known_head=_known_head(args),
+        on_checkpoint=report, on_error=complain,
+    )  # fmt: skip
+    if args.every_ms:
+        signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+        with contextlib.suppress(KeyboardInterrupt):
+            loop.run()
+        return EXIT_OK
+    try:
+        report(loop.once())
+    except CountersignError as exc:
+        raise UsageError(f"checkpoint not submitted: {getattr(exc, 'code', '')} {exc}") from None
     return EXIT_OK
 
 
@@ -472,7 +564,10 @@ def cmd_operator_endorse(args: argparse.Namespace) -> int:
     except (OSError, CountersignError) as exc:
         raise UsageError(f"{args.endorsement} is not a signed endorsement: {exc}") from None
     inner = endorsement.endorsement
-    client = OperatorClient(args.coordinator, client_tls(args, args.coordinator), load_key(args.key))
+    client = OperatorClient(
+        args.coordinator, client_tls(args, args.coordinator), load_key(args.key),
+        checkpoint_lifetime_ms=_lifetime(args), known_head=_known_head(args),
+    )  # fmt: skip
     try:
         signed = client.submit(
             StatementKind.ENDORSE_KEY, inner.deployer, inner.new_key_id, note=args.note, endorsement=endorsement

@@ -347,7 +347,10 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         registry, fresh = self._follower.view()
         if not fresh:
             result = VerificationResult.reject(
-                Reason.REGISTRY_STALE, None, f"no trusted registry update for over {self._follower.staleness_ms} ms"
+                Reason.REGISTRY_STALE,
+                None,
+                f"no trusted registry update for over {self._follower.staleness_ms} ms,"
+                " or no unexpired operator checkpoint naming the registry held",
             )
         elif len(request.path) > MAX_INPUT_BYTES:
             result = VerificationResult.reject(Reason.MALFORMED, None, f"path exceeds {MAX_INPUT_BYTES} bytes")

@@ -5,6 +5,11 @@ the chain before it is applied; the copy is written to disk after each change, s
 from it. A served log that is shorter (rollback) or different (fork) is refused and logged, and the
 copy stops counting as fresh: once no trusted heartbeat has arrived for ``staleness_ms``, the owner
 fails closed (the verifier answers ``REGISTRY_STALE``).
+
+Heartbeats are unsigned, so they only show the stream is alive. The copy is fresh only while it also
+holds an operator-signed checkpoint (countersign.checkpoint) that has not expired and that the copy
+extends: a coordinator that withholds a statement, freezes, or serves an old checkpoint makes every
+follower stale by the checkpoint's ``expires_ms`` at the latest.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import prometheus_client
 
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
+from countersign.checkpoint import CheckpointError, SignedCheckpoint, check_served
+from countersign.checkpoint import fresh as checkpoint_fresh
 from countersign.client.tls import TlsConfig, coordinator_dns, open_channel
 from countersign.errors import ConfigError, MalformedError
 from countersign.keys import PublicKey
@@ -63,17 +70,33 @@ class RegistryFollower:
         self._log = AdmissionLog(operator_key)
         self._last_fresh_ms = 0
         self._persisted_fresh_ms = 0
+        self._checkpoint: SignedCheckpoint | None = None
         self.trusted = True
         self._load()
 
     # --- the view the daemon uses --------------------------------------------------------------
 
     def view(self) -> tuple[Registry, bool]:
-        """The current registry and whether it is fresh (a trusted heartbeat within staleness_ms)."""
+        """The current registry and whether it is fresh: a heartbeat within staleness_ms, and an
+        unexpired operator checkpoint this copy extends."""
         with self._lock:
             registry = self._log.registry
-            fresh = self._clock() - self._last_fresh_ms <= self.staleness_ms
+            now = self._clock()
+            alive = now - self._last_fresh_ms <= self.staleness_ms
+            fresh = alive and checkpoint_fresh(self._log, self._checkpoint, now)
         return registry, fresh
+
+    @property
+    def checkpoint(self) -> SignedCheckpoint | None:
+        with self._lock:
+            return self._checkpoint
+
+    def checkpoint_expires_in_seconds(self) -> float:
+        """Seconds until the held checkpoint expires (negative once expired; -inf with none)."""
+        with self._lock:
+            if self._checkpoint is None:
+                return float("-inf")
+            return (self._checkpoint.checkpoint.expires_ms - self._clock()) / 1000
 
     def register_gauges(self, registry: prometheus_client.CollectorRegistry) -> None:
         """Export this copy's position and age (read when Prometheus scrapes)."""
@@ -86,6 +109,12 @@ class RegistryFollower:
             registry=registry,
         )  # fmt: skip
         staleness.set_function(self.staleness_seconds)
+        expires = prometheus_client.Gauge(
+            "countersign_registry_checkpoint_expires_in_seconds",
+            "Seconds until the operator checkpoint this copy holds expires (negative: expired, stale)",
+            registry=registry,
+        )
+        expires.set_function(self.checkpoint_expires_in_seconds)
 
     def staleness_seconds(self) -> float:
         with self._lock:
@@ -114,7 +143,11 @@ class RegistryFollower:
             statements = [SignedStatement.from_bytes(base64.b64decode(s)) for s in body["statements"]]
             self._log.extend(statements)
             self._last_fresh_ms = int(body.get("last_fresh_ms", 0))
-        except (OSError, ValueError, KeyError, TypeError, MalformedError, AdmissionError) as exc:
+            if body.get("checkpoint"):
+                checkpoint = SignedCheckpoint.from_bytes(base64.b64decode(body["checkpoint"]))
+                check_served(self._log, checkpoint, None)
+                self._checkpoint = checkpoint
+        except (OSError, ValueError, KeyError, TypeError, MalformedError, AdmissionError, CheckpointError) as exc:
             raise ConfigError(f"registry cache {self._cache} is unusable ({exc}); remove it to resync") from None
         self._persisted_fresh_ms = self._last_fresh_ms
         log.info("registry cache loaded", extra={"sequence": self._log.head_sequence})
@@ -125,6 +158,7 @@ class RegistryFollower:
         body = {
             "operator_key_id": self._operator_key.key_id,
             "last_fresh_ms": self._last_fresh_ms,
+            "checkpoint": None if self._checkpoint is None else base64.b64encode(self._checkpoint.to_bytes()).decode(),
             "statements": [base64.b64encode(s.to_bytes()).decode() for s in self._log.entries],
         }
         temporary = self._cache.with_name(self._cache.name + ".tmp")
@@ -155,7 +189,7 @@ class RegistryFollower:
             except grpc.RpcError as exc:
                 if not self._stop.is_set():
                     log.warning("registry stream interrupted", extra={"code": str(exc.code())})
-            except (AdmissionError, MalformedError) as exc:
+            except (AdmissionError, MalformedError, CheckpointError) as exc:
                 self.trusted = False
                 log.error(
                     "registry refused from coordinator", extra={"error": str(exc), "code": getattr(exc, "code", "")}
@@ -220,7 +254,31 @@ class RegistryFollower:
             self._log.check_head(heartbeat.head_sequence, heartbeat.head_digest or None)
             if heartbeat.head_sequence > self._log.head_sequence:
                 return  # statements still on their way; freshness waits until they arrive
+            new_checkpoint = self._take_checkpoint(heartbeat.checkpoint)
             self._last_fresh_ms = self._clock()
             self.trusted = True
-            if self._last_fresh_ms - self._persisted_fresh_ms > self.staleness_ms / 4:
+            if new_checkpoint or self._last_fresh_ms - self._persisted_fresh_ms > self.staleness_ms / 4:
                 self._persist()
+
+    def _take_checkpoint(self, served: bytes) -> bool:
+        """Hold a served checkpoint if it is valid and newer than the one held; True if taken.
+
+        Raises CheckpointError (the coordinator is refused, like a fork) if it is not the operator's or
+        names a head off this copy's chain. An older checkpoint than the one held (a coordinator
+        replaying an old one) is ignored: the held one still expires when it says."""
+        if not served:
+            return False
+        checkpoint = SignedCheckpoint.from_bytes(served)
+        if self._checkpoint is not None and checkpoint.to_bytes() == self._checkpoint.to_bytes():
+            return False
+        if checkpoint.checkpoint.sequence > self._log.head_sequence:
+            return False  # names statements this copy has not received yet
+        try:
+            check_served(self._log, checkpoint, self._checkpoint)
+        except CheckpointError as exc:
+            if exc.code != "ROLLBACK":
+                raise
+            log.warning("coordinator served an older checkpoint than the one held; ignored")
+            return False
+        self._checkpoint = checkpoint
+        return True

@@ -1,24 +1,135 @@
 """The operator's side of the coordinator: fetch and verify the admission log, sign the next
-registry statement, submit it; and two helpers for statements signed elsewhere."""
+registry statement, submit it with a fresh checkpoint and confirm both are served back; sign and
+submit checkpoints on their own (:class:`CheckpointLoop`); and two helpers for statements signed
+elsewhere."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 
 import grpc
 
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
-from countersign.admission import AdmissionLog, SignedEndorsement, SignedStatement, StatementKind, sign_statement
-from countersign.client.errors import from_rpc_error
+from countersign.admission import (
+    AdmissionError,
+    AdmissionLog,
+    SignedEndorsement,
+    SignedStatement,
+    StatementKind,
+    sign_statement,
+)
+from countersign.checkpoint import (
+    CheckpointError,
+    SignedCheckpoint,
+    check_served,
+    checkpoint_of,
+    is_older,
+    sign_checkpoint,
+)
+from countersign.client.errors import ServiceError, from_rpc_error
 from countersign.client.lanes import unary
 from countersign.client.tls import TlsConfig, coordinator_dns, open_aio_channel, open_channel
 from countersign.keys import PublicKey, Signer
+
+log = logging.getLogger("countersign.operator")
+DEFAULT_CHECKPOINT_LIFETIME_MS = 60_000
 
 
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch (what statements and records carry)."""
     return time.time_ns() // 1_000_000
+
+
+class KnownHead:
+    """The newest log head the operator knows it submitted: a checkpoint is never signed for a served
+    log that does not reach it (else a coordinator withholding a statement would get fresh
+    checkpoints for the log without it). In memory, or in a small JSON file shared by the operator's
+    commands and its checkpoint loop."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._path = Path(path) if path else None
+        self._lock = threading.Lock()
+        self._head: tuple[int, str] | None = None
+
+    def get(self) -> tuple[int, str] | None:
+        """``(sequence, digest)``: the log must hold ``sequence`` statements, the last with ``digest``."""
+        with self._lock:
+            if self._path is not None and self._path.exists():
+                try:
+                    body = json.loads(self._path.read_text())
+                    self._head = (int(body["sequence"]), str(body["head"]))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    message = f"operator head file {self._path} is unusable: {exc}"
+                    raise ServiceError("INVALID_ARGUMENT", message) from None
+            return self._head
+
+    def record(self, sequence: int, digest: str) -> None:
+        """Remember that the coordinator accepted a statement making the log ``sequence`` long."""
+        current = self.get()
+        with self._lock:
+            if current is not None and current[0] >= sequence:
+                return
+            self._head = (sequence, digest)
+            if self._path is not None:
+                temporary = self._path.with_name(self._path.name + ".tmp")
+                try:
+                    temporary.write_text(json.dumps({"sequence": sequence, "head": digest}) + "\n")
+                    os.replace(temporary, self._path)
+                except OSError as exc:
+                    message = f"cannot record the submitted head in {self._path}: {exc}"
+                    raise ServiceError("INVALID_ARGUMENT", message) from None
+
+
+def not_served(message: str) -> ServiceError:
+    return ServiceError("NOT_SERVED", message, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def check_reaches(copy: AdmissionLog, known: KnownHead | None) -> None:
+    """Raise NOT_SERVED unless the served (verified) log reaches the head the operator submitted."""
+    head = None if known is None else known.get()
+    if head is None:
+        return
+    sequence, digest = head
+    if copy.head_sequence < sequence or copy.entries[sequence - 1].digest() != digest:
+        raise not_served(
+            f"the coordinator serves {copy.head_sequence} statements but the operator submitted statement"
+            f" {sequence - 1} ({digest}): it is withholding or has lost it; no checkpoint signed"
+        )
+
+
+def confirm_served(
+    copy: AdmissionLog,
+    served: bytes,
+    signed: SignedStatement | None,
+    checkpoint: SignedCheckpoint | None,
+) -> None:
+    """Raise NOT_SERVED unless the served log holds ``signed`` at its sequence and the served checkpoint
+    is ``checkpoint`` or a newer valid one naming this log."""
+    if signed is not None:
+        sequence = signed.statement.sequence
+        if copy.head_sequence <= sequence or copy.entries[sequence].digest() != signed.digest():
+            raise not_served(f"the coordinator accepted statement {sequence} but does not serve it back")
+    if checkpoint is None:
+        return
+    if not served:
+        raise not_served("the coordinator accepted a checkpoint but serves none")
+    try:
+        back = SignedCheckpoint.from_bytes(served)
+        check_served(copy, back, None)
+    except (CheckpointError, ValueError) as exc:
+        raise not_served(f"the coordinator serves a checkpoint that does not verify: {exc}") from None
+    if back.to_bytes() != checkpoint.to_bytes() and is_older(back.checkpoint, checkpoint.checkpoint):
+        raise not_served(
+            f"the coordinator serves an older checkpoint (sequence {back.checkpoint.sequence}, issued"
+            f" {back.checkpoint.issued_ms}) than the one it accepted (sequence {checkpoint.checkpoint.sequence})"
+        )
 
 
 def coordinator_log(address: str, tls: TlsConfig) -> list[bytes]:
@@ -37,12 +148,19 @@ def coordinator_log(address: str, tls: TlsConfig) -> list[bytes]:
 
 
 def submit_statement(address: str, tls: TlsConfig, signed: SignedStatement) -> None:
-    """Submit a statement the operator signed elsewhere. Raises ServiceError if refused."""
+    """Submit a statement the operator signed elsewhere and confirm it is served back. Raises
+    ServiceError if refused (NOT_SERVED if accepted but not served back).
+
+    It carries no checkpoint (the key is elsewhere): followers stay fresh on the previous checkpoint,
+    which the new log extends, until the operator's checkpoint loop names the new head."""
     channel = open_channel(address, tls, coordinator_dns())
     try:
-        unary(coordinator_pb2_grpc.CoordinatorStub(channel).Submit)(
-            coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), 10
-        )
+        stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+        unary(stub.Submit)(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), 10)
+        response = unary(stub.GetLog)(coordinator_pb2.GetLogRequest(from_sequence=signed.statement.sequence), 10)
+        served = [SignedStatement.from_bytes(s) for s in response.statements[:1]]
+        if not served or served[0].digest() != signed.digest():
+            raise not_served(f"the coordinator accepted statement {signed.statement.sequence} but does not serve it")
     finally:
         channel.close()
 
@@ -55,27 +173,74 @@ def _extend(copy: AdmissionLog, response: coordinator_pb2.GetLogResponse) -> boo
     return copy.head_sequence >= response.head_sequence
 
 
+def _after(copy: AdmissionLog, signed: SignedStatement) -> AdmissionLog:
+    """``copy`` with ``signed`` appended (a new object: ``copy`` is unchanged). A statement that cannot
+    apply is refused here with the code the coordinator would refuse it with."""
+    after = AdmissionLog(copy.operator_key, list(copy.entries), copy.registry)
+    try:
+        after.append(signed)
+    except AdmissionError as exc:
+        raise ServiceError(exc.code, str(exc)) from None
+    return after
+
+
 class OperatorClient:
-    """The operator's side: fetch and verify the log, sign the next statement, submit it.
+    """The operator's side: fetch and verify the log, sign the next statement, submit it with the
+    checkpoint of the log it makes, and confirm the coordinator serves both back; or sign and
+    submit a checkpoint of the log as served.
+
+    ``checkpoint_lifetime_ms`` is how long each checkpoint keeps followers fresh (the bound on a
+    withholding coordinator); ``known_head`` is shared with the operator's other clients and loop.
 
     Raises :class:`countersign.client.ServiceError` when the coordinator refuses or cannot be
-    reached, and ``countersign.admission.AdmissionError`` when the served log does not verify."""
+    reached (``NOT_SERVED`` when it accepted but does not serve back), and
+    ``countersign.admission.AdmissionError`` when the served log does not verify."""
 
-    def __init__(self, address: str, tls: TlsConfig, operator: Signer) -> None:
+    def __init__(
+        self,
+        address: str,
+        tls: TlsConfig,
+        operator: Signer,
+        *,
+        checkpoint_lifetime_ms: int = DEFAULT_CHECKPOINT_LIFETIME_MS,
+        known_head: KnownHead | None = None,
+    ) -> None:
         self.address = address
         self._channel = open_channel(address, tls, coordinator_dns())
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._get_log = unary(self._stub.GetLog)
         self._submit = unary(self._stub.Submit)
+        self._submit_checkpoint = unary(self._stub.SubmitCheckpoint)
         self._operator = operator
+        self.checkpoint_lifetime_ms = checkpoint_lifetime_ms
+        self.known_head = known_head if known_head is not None else KnownHead()
 
     def log(self) -> AdmissionLog:
         """The whole served log, verified against the operator's own key."""
+        return self._served()[0]
+
+    def _served(self) -> tuple[AdmissionLog, bytes]:
+        """The verified served log and the checkpoint served with its last page."""
         copy = AdmissionLog(PublicKey(self._operator.public_key))
         while True:
             response = self._get_log(coordinator_pb2.GetLogRequest(from_sequence=copy.head_sequence), 10)
             if _extend(copy, response):
-                return copy
+                return copy, response.checkpoint
+
+    def checkpoint(self) -> SignedCheckpoint:
+        """Sign a checkpoint of the log as served, submit it, confirm it is served back.
+
+        Raises NOT_SERVED (and signs nothing) if the served log does not reach what this operator
+        submitted."""
+        copy, _ = self._served()
+        check_reaches(copy, self.known_head)
+        checkpoint = sign_checkpoint(
+            checkpoint_of(copy, issued_ms=now_ms(), lifetime_ms=self.checkpoint_lifetime_ms), self._operator
+        )
+        self._submit_checkpoint(coordinator_pb2.SubmitCheckpointRequest(checkpoint=checkpoint.to_bytes()), 10)
+        back, served = self._served()
+        confirm_served(back, served, None, checkpoint)
+        return checkpoint
 
     def prepare(
         self,
@@ -112,11 +277,25 @@ class OperatorClient:
         note: str | None = None,
         endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
-        """Sign the next statement and submit it. Raises ServiceError if the coordinator refuses."""
-        signed = self.prepare(
-            kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note, endorsement=endorsement
+        """Sign the next statement and the checkpoint of the log it makes, submit both, and confirm
+        the coordinator serves both back. Raises ServiceError if the coordinator refuses, NOT_SERVED
+        if it accepted but does not serve them back (a withholding coordinator)."""
+        copy = self.log()
+        check_reaches(copy, self.known_head)
+        statement = copy.next_statement(
+            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
+            endorsement=endorsement,
+        )  # fmt: skip
+        signed = sign_statement(statement, self._operator)
+        after = _after(copy, signed)  # refuses here a statement the coordinator would refuse
+        checkpoint = sign_checkpoint(
+            checkpoint_of(after, issued_ms=statement.issued_ms, lifetime_ms=self.checkpoint_lifetime_ms),
+            self._operator,
         )
-        self._submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), 10)
+        self._submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes()), 10)
+        self.known_head.record(after.head_sequence, after.head_digest or "")
+        back, served = self._served()
+        confirm_served(back, served, signed, checkpoint)
         return signed
 
     def close(self) -> None:
@@ -136,14 +315,27 @@ class AsyncOperatorClient:
     errors, one unary call each. Create it inside the running event loop; close it with
     ``await close()`` or ``async with``."""
 
-    def __init__(self, address: str, tls: TlsConfig, operator: Signer) -> None:
+    def __init__(
+        self,
+        address: str,
+        tls: TlsConfig,
+        operator: Signer,
+        *,
+        checkpoint_lifetime_ms: int = DEFAULT_CHECKPOINT_LIFETIME_MS,
+        known_head: KnownHead | None = None,
+    ) -> None:
         self.address = address
         self._channel = open_aio_channel(address, tls, coordinator_dns())
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._operator = operator
+        self.checkpoint_lifetime_ms = checkpoint_lifetime_ms
+        self.known_head = known_head if known_head is not None else KnownHead()
 
     async def log(self) -> AdmissionLog:
         """See :meth:`OperatorClient.log`."""
+        return (await self._served())[0]
+
+    async def _served(self) -> tuple[AdmissionLog, bytes]:
         copy = AdmissionLog(PublicKey(self._operator.public_key))
         while True:
             try:
@@ -153,7 +345,24 @@ class AsyncOperatorClient:
             except grpc.RpcError as exc:
                 raise from_rpc_error(exc) from None
             if _extend(copy, response):
-                return copy
+                return copy, response.checkpoint
+
+    async def checkpoint(self) -> SignedCheckpoint:
+        """See :meth:`OperatorClient.checkpoint`."""
+        copy, _ = await self._served()
+        check_reaches(copy, self.known_head)
+        checkpoint = sign_checkpoint(
+            checkpoint_of(copy, issued_ms=now_ms(), lifetime_ms=self.checkpoint_lifetime_ms), self._operator
+        )
+        try:
+            await self._stub.SubmitCheckpoint(
+                coordinator_pb2.SubmitCheckpointRequest(checkpoint=checkpoint.to_bytes()), timeout=10
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        back, served = await self._served()
+        confirm_served(back, served, None, checkpoint)
+        return checkpoint
 
     async def prepare(
         self,
@@ -185,13 +394,26 @@ class AsyncOperatorClient:
         endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """See :meth:`OperatorClient.submit`."""
-        signed = await self.prepare(
-            kind, deployer, key_id, public_key=public_key, at_ms=at_ms, note=note, endorsement=endorsement
+        copy = await self.log()
+        check_reaches(copy, self.known_head)
+        statement = copy.next_statement(
+            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
+            endorsement=endorsement,
+        )  # fmt: skip
+        signed = sign_statement(statement, self._operator)
+        after = _after(copy, signed)
+        checkpoint = sign_checkpoint(
+            checkpoint_of(after, issued_ms=statement.issued_ms, lifetime_ms=self.checkpoint_lifetime_ms),
+            self._operator,
         )
+        request = coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes())
         try:
-            await self._stub.Submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes()), timeout=10)
+            await self._stub.Submit(request, timeout=10)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+        self.known_head.record(after.head_sequence, after.head_digest or "")
+        back, served = await self._served()
+        confirm_served(back, served, signed, checkpoint)
         return signed
 
     async def close(self) -> None:
@@ -204,3 +426,65 @@ class AsyncOperatorClient:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
+
+
+class CheckpointLoop:
+    """Sign and submit a checkpoint every ``every_ms`` (a third of the lifetime is a good choice: two
+    failed rounds still leave followers fresh). Runs in a daemon thread; an error is logged and
+    reported to ``on_error`` and the next round tries again. ``address`` is read each round, so a
+    coordinator that restarts on another port is followed."""
+
+    def __init__(
+        self,
+        address: Callable[[], str],
+        tls: TlsConfig,
+        operator: Signer,
+        *,
+        every_ms: int,
+        checkpoint_lifetime_ms: int = DEFAULT_CHECKPOINT_LIFETIME_MS,
+        known_head: KnownHead | None = None,
+        on_checkpoint: Callable[[SignedCheckpoint], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        if not 0 < every_ms < checkpoint_lifetime_ms:
+            raise ValueError("every_ms must be positive and shorter than the checkpoint lifetime")
+        self._address, self._tls, self._operator = address, tls, operator
+        self.every_ms, self.checkpoint_lifetime_ms = every_ms, checkpoint_lifetime_ms
+        self.known_head = known_head if known_head is not None else KnownHead()
+        self._on_checkpoint, self._on_error = on_checkpoint, on_error
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def once(self) -> SignedCheckpoint:
+        client = OperatorClient(
+            self._address(), self._tls, self._operator,
+            checkpoint_lifetime_ms=self.checkpoint_lifetime_ms, known_head=self.known_head,
+        )  # fmt: skip
+        try:
+            return client.checkpoint()
+        finally:
+            client.close()
+
+    def run(self) -> None:
+        """Loop until :meth:`stop` (in the calling thread)."""
+        while not self._stop.is_set():
+            try:
+                checkpoint = self.once()
+            except Exception as exc:  # any failure: report it, try again next round
+                log.warning("checkpoint not submitted", extra={"error": str(exc), "code": getattr(exc, "code", "")})
+                if self._on_error is not None:
+                    self._on_error(exc)
+            else:
+                if self._on_checkpoint is not None:
+                    self._on_checkpoint(checkpoint)
+            self._stop.wait(self.every_ms / 1000)
+
+    def start(self) -> CheckpointLoop:
+        self._thread = threading.Thread(target=self.run, name="operator-checkpoints", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)

@@ -32,6 +32,7 @@ for deployer in $(echo "${DEPLOYERS}" | tr ',' ' '); do
     public_key=$(json_field public_key < "${PUBLIC_DIR}/${deployer}.json")
     # shellcheck disable=SC2086
     countersign operator enrol --key "${OPERATOR_DIR}/operator.jwk" --deployer "${deployer}" \
-        --public-key="${public_key}" --coordinator "${COORDINATOR}" --note "docker compose dev mesh" ${tls}
+        --public-key="${public_key}" --coordinator "${COORDINATOR}" --note "docker compose dev mesh" ${tls} \
+        --head-file /var/lib/countersign/operator-head.json
 done
 echo "enrol: done"

@@ -146,3 +146,22 @@ def test_operator_log_and_a_refused_statement(client_mesh: LocalMesh) -> None:
     assert enrolled == set(client_mesh.deployers)
     assert refused.code is ErrorCode.INVALID_STATEMENT
     assert after == before
+
+
+def test_operator_checkpoint_is_served_back(client_mesh: LocalMesh) -> None:
+    from countersign.checkpoint import SignedCheckpoint
+
+    async def scenario() -> tuple[SignedCheckpoint, SignedCheckpoint, int]:
+        async with AsyncOperatorClient(
+            client_mesh.daemons["coordinator"].address, client_mesh.tls_for("operator"), client_mesh.operator,
+            checkpoint_lifetime_ms=45_000,
+        ) as operator:  # fmt: skip
+            signed = await operator.checkpoint()
+            copy, served = await operator._served()
+            return signed, SignedCheckpoint.from_bytes(served), copy.head_sequence
+
+    signed, served, length = run(scenario)
+    assert signed.checkpoint.sequence == length
+    assert signed.checkpoint.expires_ms - signed.checkpoint.issued_ms == 45_000
+    # The mesh's own loop may have renewed it since, never with an older one.
+    assert served.checkpoint.issued_ms >= signed.checkpoint.issued_ms

@@ -39,7 +39,15 @@ def test_common_proto_lists_exactly_the_enum() -> None:
 def _raised_codes() -> list[tuple[str, int, str]]:
     """Every string literal given as the first argument of ServiceError, AdmissionError (and its
     subclasses) or a signer refusal helper in the product's source."""
-    makers = {"ServiceError", "AdmissionError", "ForkDetected", "RollbackDetected", "_refuse", "Refusal"}
+    makers = {
+        "ServiceError",
+        "AdmissionError",
+        "ForkDetected",
+        "RollbackDetected",
+        "CheckpointError",
+        "_refuse",
+        "Refusal",
+    }
     found = []
     for top in ("countersign", "countersign_cli", "signer", "verifier", "coordinator"):
         for path in (REPO / top).rglob("*.py"):

@@ -35,6 +35,8 @@ DAEMONS = {
     "verifier-2": "verifier",
 }
 JOBS = {"init", "enrol", "demo"}
+# Long-running dev-mesh services that are not daemons: the operator's checkpoint loop (spec 7.5).
+LOOPS = {"checkpoints"}
 SERVE_CONFIG = "/run/countersign/public/operator.toml"
 HEALTH_PROBE = ["CMD", "/opt/countersign/bin/python", "/usr/local/lib/countersign/healthcheck.py"]
 # Variables for libraries rather than for countersign.
@@ -42,7 +44,7 @@ OTHER_DAEMON_ENV = {"PGPASSFILE"}
 
 
 def test_services_present(services: dict[str, Any]) -> None:
-    assert set(services) == {"postgres", *DAEMONS, *JOBS}
+    assert set(services) == {"postgres", *DAEMONS, *JOBS, *LOOPS}
     assert {name: kind_of(s) for name, s in services.items() if kind_of(s)} == DAEMONS
     assert services["demo"].get("profiles") == ["demo"], "the demo runs only when asked for"
     assert all(not services[name].get("profiles") for name in set(services) - {"demo"})
@@ -52,7 +54,7 @@ def test_every_countersign_service_is_built_from_the_dockerfile(
     services: dict[str, Any], dockerfile: Dockerfile
 ) -> None:
     stages = {s.name for s in dockerfile.stages}
-    for name in (*DAEMONS, *JOBS):
+    for name in (*DAEMONS, *JOBS, *LOOPS):
         service = services[name]
         assert built_here(service), f"{name} must build docker/Dockerfile"
         assert service["build"]["context"] == "..", name
@@ -66,7 +68,7 @@ def test_every_countersign_service_is_built_from_the_dockerfile(
 def test_non_root_and_hardened(services: dict[str, Any], dockerfile: Dockerfile) -> None:
     image_user = dockerfile.effective("runtime", "USER")
     assert image_user is not None and "0" not in image_user.split(":")
-    for name in (*DAEMONS, *JOBS):
+    for name in (*DAEMONS, *JOBS, *LOOPS):
         service = services[name]
         uid, _, gid = str(service["user"]).partition(":")
         assert int(uid) == RUNTIME_UID and int(gid) != 0, f"{name}: user {service['user']}"
@@ -90,6 +92,22 @@ def test_daemons_have_grpc_health_checks(services: dict[str, Any]) -> None:
     for name in JOBS:
         assert services[name]["healthcheck"] == {"disable": True}, name
         assert services[name]["restart"] == "no", name
+    for name in LOOPS:
+        assert services[name]["restart"] == "unless-stopped", name
+
+
+def test_the_checkpoint_loop_shares_the_operator_head_with_the_enrol_job(services: dict[str, Any]) -> None:
+    """Without the loop every follower goes stale when the enrol job's checkpoint expires; without the
+    shared head file the loop would checkpoint a log that withholds what enrol submitted."""
+    loop = services["checkpoints"]
+    assert loop["command"][:2] == ["operator", "checkpoint"]
+    flags = dict(arg.removeprefix("--").split("=", 1) for arg in loop["command"][2:])
+    assert 0 < int(flags["every-ms"]) * 3 <= int(flags["lifetime-ms"])
+    state = [m for m in mounts_of(loop) if m.source == "operator-state"]
+    assert len(state) == 1 and not state[0].read_only and flags["head-file"].startswith(state[0].target + "/")
+    enrol_state = [m for m in mounts_of(services["enrol"]) if m.source == "operator-state"]
+    assert len(enrol_state) == 1 and enrol_state[0].target == state[0].target
+    assert conditions(loop) == {"coordinator": "service_healthy"}
 
 
 def conditions(service: dict[str, Any]) -> dict[str, str]:
@@ -176,11 +194,14 @@ def test_each_secret_volume_is_mounted_only_where_needed(services: dict[str, Any
     for name, service in services.items():
         for mount in mounts_of(service):
             users.setdefault(mount.source, set()).add(name)
-            if name not in ("init", "postgres") and mount.source != f"{name}-state":
+            # The operator's head file is written by both of the operator's services that submit.
+            shared_state = mount.source == "operator-state" and name in ("enrol", "checkpoints")
+            if name not in ("init", "postgres") and mount.source != f"{name}-state" and not shared_state:
                 assert mount.read_only, f"{name} mounts {mount.source} writable"
     expected = {
         "ca": {"init"},
-        "operator-secrets": {"init", "enrol"},
+        "operator-secrets": {"init", "enrol", "checkpoints"},
+        "operator-state": {"enrol", "checkpoints"},
         "demo-tls": {"init", "demo"},
         "coordinator-tls": {"init", "coordinator"},
         "db": {"init", "postgres", "coordinator", "verifier-1", "verifier-2"},

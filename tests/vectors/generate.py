@@ -611,6 +611,7 @@ def generate(out: FilePath) -> None:
     write(out / "compact-path.json", compact_vector(m))
     write(out / "mcp.json", mcp_vector())
     write(out / "rotation.json", rotation_vector())
+    write(out / "checkpoint.json", checkpoint_vector())
 
 
 def compact_vector(m: SampleMesh) -> dict[str, Any]:
@@ -769,6 +770,92 @@ def rotation_vector() -> dict[str, Any]:
         "log": [signed.to_json() for signed in log.entries],
         "custody": custody_chain(log, "deployer-a").to_json(),
         "invalid_at_sequence_2": invalid,
+    }
+
+
+# --- registry checkpoints (spec 7.5) -------------------------------------------------------------
+
+
+def checkpoint_vector() -> dict[str, Any]:
+    """A two-statement registry log, the operator's checkpoint of it, and named checks: each gives the
+    signed checkpoint, how many statements of the log the follower holds, the follower's clock, and
+    the outcome (``fresh``, ``stale`` or the refusal code)."""
+    from countersign.admission import AdmissionLog, StatementKind, sign_statement
+    from countersign.checkpoint import (
+        PAYLOAD_TYPE_REGISTRY_CHECKPOINT,
+        Checkpoint,
+        SignedCheckpoint,
+        sign_checkpoint,
+    )
+    from countersign.keys import PublicKey
+
+    operator = Ed25519Signer(hashlib.sha256(b"countersign test operator").digest())
+    deployer = Ed25519Signer(hashlib.sha256(b"countersign test deployer").digest())
+    log = AdmissionLog(PublicKey(operator.public_key))
+    enrol = log.next_statement(
+        StatementKind.ENROL_DEPLOYER, "deployer-a", deployer.key_id, issued_ms=1_700_000_000_000,
+        public_key=b64url_encode(deployer.public_key), at_ms=0,
+    )  # fmt: skip
+    log.append(sign_statement(enrol, operator))
+    revoke = log.next_statement(StatementKind.REVOKE_KEY, "deployer-a", deployer.key_id, issued_ms=1_700_000_060_000)
+    log.append(sign_statement(revoke, operator))
+    issued = 1_700_000_060_000
+    body = Checkpoint(log.head_sequence, log.head_digest, issued, issued + 60_000)
+    signed = sign_checkpoint(body, operator)
+    canonical = canonicalize(body.to_json())
+
+    def case(name: str, checkpoint: SignedCheckpoint, held: int, now: int, outcome: str, why: str) -> dict[str, Any]:
+        return {
+            "name": name, "signed_checkpoint": checkpoint.to_json(), "held_statements": held, "now_ms": now,
+            "outcome": outcome, "why": why,
+        }  # fmt: skip
+
+    first = log.entries[0].digest()
+    forked = sign_checkpoint(Checkpoint(1, sha256_digest(b"another statement"), issued, issued + 60_000), operator)
+    other = Ed25519Signer(hashlib.sha256(b"countersign test impostor").digest())
+    # The statement signature over the same canonical bytes: another payload type, so it must not verify.
+    reused = SignedCheckpoint(body, operator.key_id, b64url_encode(operator.sign(enrol.signing_input())))
+    return {
+        "description": "an operator-signed checkpoint of a registry log (spec 7.5) and a follower's checks",
+        "operator": {"key_id": operator.key_id, "public_key": b64url_encode(operator.public_key)},
+        "log": [s.to_json() for s in log.entries],
+        "log_digests": [s.digest() for s in log.entries],
+        "checkpoint": body.to_json(),
+        "payload_type": PAYLOAD_TYPE_REGISTRY_CHECKPOINT,
+        "canonical": canonical.decode(),
+        "signing_input_base64": base64.b64encode(body.signing_input()).decode(),
+        "signed_checkpoint": signed.to_json(),
+        "signed_checkpoint_digest": signed.digest(),
+        "checks": [
+            case("fresh", signed, 2, issued + 1_000, "fresh", "unexpired and names the held log's head"),
+            case("expired", signed, 2, issued + 60_000, "stale", "now_ms equals expires_ms: expired"),
+            case(
+                "older-checkpoint-of-a-prefix",
+                sign_checkpoint(Checkpoint(1, first, issued, issued + 60_000), operator),
+                2,
+                issued + 1_000,
+                "fresh",
+                "the held log extends the checkpointed one",
+            ),
+            case("ahead-of-the-copy", signed, 1, issued + 1_000, "stale", "names a statement the copy lacks"),
+            case("fork", forked, 2, issued + 1_000, "CHAIN_MISMATCH", "the head is not on the held log's chain"),
+            case(
+                "impostor",
+                sign_checkpoint(body, other),
+                2,
+                issued + 1_000,
+                "BAD_STATEMENT_SIGNATURE",
+                "not signed by the pinned operator key",
+            ),
+            case(
+                "statement-signature",
+                reused,
+                2,
+                issued + 1_000,
+                "BAD_STATEMENT_SIGNATURE",
+                "a signature under the statement payload type never verifies as a checkpoint",
+            ),
+        ],
     }
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n countersign/v1/coordinator.proto\x12\x0e\x63ountersign.v1\"\"\n\rSubmitRequest\x12\x11\n\tstatement\x18\x01 \x01(\x0c\"7\n\x0eSubmitResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x02 \x01(\t\"&\n\rGetLogRequest\x12\x15\n\rfrom_sequence\x18\x01 \x01(\x04\"P\n\x0eGetLogResponse\x12\x12\n\nstatements\x18\x01 \x03(\x0c\x12\x15\n\rhead_sequence\x18\x02 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x03 \x01(\t\";\n\x0cWatchRequest\x12\x15\n\rfrom_sequence\x18\x01 \x01(\x04\x12\x14\n\x0cheartbeat_ms\x18\x02 \x01(\r\"Z\n\nWatchEvent\x12\x13\n\tstatement\x18\x01 \x01(\x0cH\x00\x12.\n\theartbeat\x18\x02 \x01(\x0b\x32\x19.countersign.v1.HeartbeatH\x00\x42\x07\n\x05\x65vent\"H\n\tHeartbeat\x12\x15\n\rhead_sequence\x18\x01 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x02 \x01(\t\x12\x0f\n\x07sent_ms\x18\x03 \x01(\x03\x32\xe4\x01\n\x0b\x43oordinator\x12G\n\x06Submit\x12\x1d.countersign.v1.SubmitRequest\x1a\x1e.countersign.v1.SubmitResponse\x12G\n\x06GetLog\x12\x1d.countersign.v1.GetLogRequest\x1a\x1e.countersign.v1.GetLogResponse\x12\x43\n\x05Watch\x12\x1c.countersign.v1.WatchRequest\x1a\x1a.countersign.v1.WatchEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n countersign/v1/coordinator.proto\x12\x0e\x63ountersign.v1\"6\n\rSubmitRequest\x12\x11\n\tstatement\x18\x01 \x01(\x0c\x12\x12\n\ncheckpoint\x18\x02 \x01(\x0c\"7\n\x0eSubmitResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x02 \x01(\t\"&\n\rGetLogRequest\x12\x15\n\rfrom_sequence\x18\x01 \x01(\x04\"d\n\x0eGetLogResponse\x12\x12\n\nstatements\x18\x01 \x03(\x0c\x12\x15\n\rhead_sequence\x18\x02 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x03 \x01(\t\x12\x12\n\ncheckpoint\x18\x04 \x01(\x0c\"-\n\x17SubmitCheckpointRequest\x12\x12\n\ncheckpoint\x18\x01 \x01(\x0c\"A\n\x18SubmitCheckpointResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x02 \x01(\t\";\n\x0cWatchRequest\x12\x15\n\rfrom_sequence\x18\x01 \x01(\x04\x12\x14\n\x0cheartbeat_ms\x18\x02 \x01(\r\"Z\n\nWatchEvent\x12\x13\n\tstatement\x18\x01 \x01(\x0cH\x00\x12.\n\theartbeat\x18\x02 \x01(\x0b\x32\x19.countersign.v1.HeartbeatH\x00\x42\x07\n\x05\x65vent\"\\\n\tHeartbeat\x12\x15\n\rhead_sequence\x18\x01 \x01(\x04\x12\x13\n\x0bhead_digest\x18\x02 \x01(\t\x12\x0f\n\x07sent_ms\x18\x03 \x01(\x03\x12\x12\n\ncheckpoint\x18\x04 \x01(\x0c\x32\xcb\x02\n\x0b\x43oordinator\x12G\n\x06Submit\x12\x1d.countersign.v1.SubmitRequest\x1a\x1e.countersign.v1.SubmitResponse\x12G\n\x06GetLog\x12\x1d.countersign.v1.GetLogRequest\x1a\x1e.countersign.v1.GetLogResponse\x12\x43\n\x05Watch\x12\x1c.countersign.v1.WatchRequest\x1a\x1a.countersign.v1.WatchEvent0\x01\x12\x65\n\x10SubmitCheckpoint\x12\'.countersign.v1.SubmitCheckpointRequest\x1a(.countersign.v1.SubmitCheckpointResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,19 +33,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.coordinator_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SUBMITREQUEST']._serialized_start=52
-  _globals['_SUBMITREQUEST']._serialized_end=86
-  _globals['_SUBMITRESPONSE']._serialized_start=88
-  _globals['_SUBMITRESPONSE']._serialized_end=143
-  _globals['_GETLOGREQUEST']._serialized_start=145
-  _globals['_GETLOGREQUEST']._serialized_end=183
-  _globals['_GETLOGRESPONSE']._serialized_start=185
-  _globals['_GETLOGRESPONSE']._serialized_end=265
-  _globals['_WATCHREQUEST']._serialized_start=267
-  _globals['_WATCHREQUEST']._serialized_end=326
-  _globals['_WATCHEVENT']._serialized_start=328
-  _globals['_WATCHEVENT']._serialized_end=418
-  _globals['_HEARTBEAT']._serialized_start=420
-  _globals['_HEARTBEAT']._serialized_end=492
-  _globals['_COORDINATOR']._serialized_start=495
-  _globals['_COORDINATOR']._serialized_end=723
+  _globals['_SUBMITREQUEST']._serialized_end=106
+  _globals['_SUBMITRESPONSE']._serialized_start=108
+  _globals['_SUBMITRESPONSE']._serialized_end=163
+  _globals['_GETLOGREQUEST']._serialized_start=165
+  _globals['_GETLOGREQUEST']._serialized_end=203
+  _globals['_GETLOGRESPONSE']._serialized_start=205
+  _globals['_GETLOGRESPONSE']._serialized_end=305
+  _globals['_SUBMITCHECKPOINTREQUEST']._serialized_start=307
+  _globals['_SUBMITCHECKPOINTREQUEST']._serialized_end=352
+  _globals['_SUBMITCHECKPOINTRESPONSE']._serialized_start=354
+  _globals['_SUBMITCHECKPOINTRESPONSE']._serialized_end=419
+  _globals['_WATCHREQUEST']._serialized_start=421
+  _globals['_WATCHREQUEST']._serialized_end=480
+  _globals['_WATCHEVENT']._serialized_start=482
+  _globals['_WATCHEVENT']._serialized_end=572
+  _globals['_HEARTBEAT']._serialized_start=574
+  _globals['_HEARTBEAT']._serialized_end=666
+  _globals['_COORDINATOR']._serialized_start=669
+  _globals['_COORDINATOR']._serialized_end=1000
 # @@protoc_insertion_point(module_scope)

@@ -24,16 +24,22 @@ class SubmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STATEMENT_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     statement: _builtins.bytes
     """canonical JSON of the signed statement envelope"""
+    checkpoint: _builtins.bytes
+    """Optional: the signed checkpoint of the log with this statement appended (spec 7.5), stored with
+    it atomically so followers never see the new head without a checkpoint naming it.
+    """
     def __init__(
         self,
         *,
         statement: _builtins.bytes = ...,
+        checkpoint: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["statement", b"statement"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "statement", b"statement"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -87,9 +93,12 @@ class GetLogResponse(_message.Message):
     STATEMENTS_FIELD_NUMBER: _builtins.int
     HEAD_SEQUENCE_FIELD_NUMBER: _builtins.int
     HEAD_DIGEST_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     head_sequence: _builtins.int
     """number of statements in the log"""
     head_digest: _builtins.str
+    checkpoint: _builtins.bytes
+    """the latest signed checkpoint (canonical JSON); empty if none yet"""
     @_builtins.property
     def statements(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
@@ -98,14 +107,57 @@ class GetLogResponse(_message.Message):
         statements: _abc.Iterable[_builtins.bytes] | None = ...,
         head_sequence: _builtins.int = ...,
         head_digest: _builtins.str = ...,
+        checkpoint: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["head_digest", b"head_digest", "head_sequence", b"head_sequence", "statements", b"statements"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "head_digest", b"head_digest", "head_sequence", b"head_sequence", "statements", b"statements"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetLogResponse: _TypeAlias = GetLogResponse  # noqa: Y015
+
+@_typing.final
+class SubmitCheckpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    checkpoint: _builtins.bytes
+    """canonical JSON of the signed checkpoint"""
+    def __init__(
+        self,
+        *,
+        checkpoint: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitCheckpointRequest: _TypeAlias = SubmitCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class SubmitCheckpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    HEAD_DIGEST_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.int
+    head_digest: _builtins.str
+    def __init__(
+        self,
+        *,
+        sequence: _builtins.int = ...,
+        head_digest: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["head_digest", b"head_digest", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitCheckpointResponse: _TypeAlias = SubmitCheckpointResponse  # noqa: Y015
 
 @_typing.final
 class WatchRequest(_message.Message):
@@ -162,19 +214,23 @@ class Heartbeat(_message.Message):
     HEAD_SEQUENCE_FIELD_NUMBER: _builtins.int
     HEAD_DIGEST_FIELD_NUMBER: _builtins.int
     SENT_MS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     head_sequence: _builtins.int
     head_digest: _builtins.str
     sent_ms: _builtins.int
+    checkpoint: _builtins.bytes
+    """the latest signed checkpoint; the only part of a heartbeat a follower trusts"""
     def __init__(
         self,
         *,
         head_sequence: _builtins.int = ...,
         head_digest: _builtins.str = ...,
         sent_ms: _builtins.int = ...,
+        checkpoint: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["head_digest", b"head_digest", "head_sequence", b"head_sequence", "sent_ms", b"sent_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "head_digest", b"head_digest", "head_sequence", b"head_sequence", "sent_ms", b"sent_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -50,6 +50,11 @@ class CoordinatorStub:
                 request_serializer=countersign_dot_v1_dot_coordinator__pb2.WatchRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_coordinator__pb2.WatchEvent.FromString,
                 _registered_method=True)
+        self.SubmitCheckpoint = channel.unary_unary(
+                '/countersign.v1.Coordinator/SubmitCheckpoint',
+                request_serializer=countersign_dot_v1_dot_coordinator__pb2.SubmitCheckpointRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_coordinator__pb2.SubmitCheckpointResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -77,6 +82,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitCheckpoint(self, request, context):
+        """Replace the served checkpoint with a newer operator-signed one naming the current head exactly.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +106,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=countersign_dot_v1_dot_coordinator__pb2.WatchRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_coordinator__pb2.WatchEvent.SerializeToString,
+            ),
+            'SubmitCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitCheckpoint,
+                    request_deserializer=countersign_dot_v1_dot_coordinator__pb2.SubmitCheckpointRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_coordinator__pb2.SubmitCheckpointResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +194,33 @@ class Coordinator:
             '/countersign.v1.Coordinator/Watch',
             countersign_dot_v1_dot_coordinator__pb2.WatchRequest.SerializeToString,
             countersign_dot_v1_dot_coordinator__pb2.WatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.Coordinator/SubmitCheckpoint',
+            countersign_dot_v1_dot_coordinator__pb2.SubmitCheckpointRequest.SerializeToString,
+            countersign_dot_v1_dot_coordinator__pb2.SubmitCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

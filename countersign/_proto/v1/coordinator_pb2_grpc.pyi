@@ -40,6 +40,8 @@ class CoordinatorStub:
     """The log from `from_sequence` on, and the current head."""
     Watch: _grpc.UnaryStreamMultiCallable[_coordinator_pb2.WatchRequest, _coordinator_pb2.WatchEvent]
     """The log from `from_sequence` on, then every new statement as it is appended, with heartbeats."""
+    SubmitCheckpoint: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.SubmitCheckpointRequest, _coordinator_pb2.SubmitCheckpointResponse]
+    """Replace the served checkpoint with a newer operator-signed one naming the current head exactly."""
 
 @_typing.type_check_only
 class CoordinatorAsyncStub(CoordinatorStub):
@@ -52,6 +54,8 @@ class CoordinatorAsyncStub(CoordinatorStub):
     """The log from `from_sequence` on, and the current head."""
     Watch: _aio.UnaryStreamMultiCallable[_coordinator_pb2.WatchRequest, _coordinator_pb2.WatchEvent]  # type: ignore[assignment]
     """The log from `from_sequence` on, then every new statement as it is appended, with heartbeats."""
+    SubmitCheckpoint: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.SubmitCheckpointRequest, _coordinator_pb2.SubmitCheckpointResponse]  # type: ignore[assignment]
+    """Replace the served checkpoint with a newer operator-signed one naming the current head exactly."""
 
 class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -79,5 +83,13 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_coordinator_pb2.WatchEvent], _abc.AsyncIterator[_coordinator_pb2.WatchEvent]]:
         """The log from `from_sequence` on, then every new statement as it is appended, with heartbeats."""
+
+    @_abc_1.abstractmethod
+    def SubmitCheckpoint(
+        self,
+        request: _coordinator_pb2.SubmitCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.SubmitCheckpointResponse, _abc.Awaitable[_coordinator_pb2.SubmitCheckpointResponse]]:
+        """Replace the served checkpoint with a newer operator-signed one naming the current head exactly."""
 
 def add_CoordinatorServicer_to_server(servicer: CoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
