@@ -26,8 +26,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Resolve pyproject.toml's ranges afresh in a scratch venv and pin the result in constraints.txt.
 constraints:
-	@echo "resolving constraints.txt in a scratch venv (a few minutes)"
-	@PYTHON=$(PYTHON) PIP_VERSION=$(PIP_VERSION) EXTRAS=$(EXTRAS) sh tools/constraints.sh
+	@echo "resolving constraints.txt (the bench peers included) in a scratch venv (a few minutes)"
+	@PYTHON=$(PYTHON) PIP_VERSION=$(PIP_VERSION) EXTRAS=$(EXTRAS),bench sh tools/constraints.sh
 
 demo: $(STAMP)
 	$(VENV)/bin/countersign demo
