@@ -30,6 +30,15 @@ from countersign.keys import PublicKey
 
 log = logging.getLogger("countersign.coordinator")
 MAX_WATCH_BATCH = 1_000
+# What each method needs at most (ADR 0027): Submit a statement (at most 1 MiB, spec section 10) with
+# its checkpoint; the others a checkpoint or a few numbers. Health and reflection get the server's
+# small default. A larger message is refused before it is parsed.
+METHOD_MESSAGE_BYTES = {
+    "/countersign.v1.Coordinator/Submit": 2 << 20,
+    "/countersign.v1.Coordinator/SubmitCheckpoint": 16 << 10,
+    "/countersign.v1.Coordinator/GetLog": 4 << 10,
+    "/countersign.v1.Coordinator/Watch": 4 << 10,
+}
 
 
 @dataclasses.dataclass

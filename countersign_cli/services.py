@@ -25,12 +25,6 @@ if TYPE_CHECKING:
     from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
 
-# The largest request each daemon accepts unless ``limits.max_message_bytes`` says otherwise: what its
-# parsers take at most (a path or statement of 1 MiB, spec section 10) with room for the other fields;
-# the verifier also takes output bytes (at most 1 MiB; larger outputs travel as their SHA-256) and holds
-# each of its methods to what it needs (verifier.daemon.METHOD_MESSAGE_BYTES).
-MAX_MESSAGE_BYTES = {"coordinator": 2 << 20, "signer": 2 << 20, "verifier": (2 << 20) + (16 << 10)}
-
 
 # What each admission statement does, in the operator's words (the statement kind is the wire name).
 STATEMENT_WORDS = {
@@ -280,24 +274,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from countersign._daemon.server import run_daemon, worker_count
 
     daemon: Any
-    method_limits = None
+    # Each daemon holds each of its methods to the message size it needs (its METHOD_MESSAGE_BYTES: what
+    # its parsers take at most, spec section 10, with room for the other fields; ADR 0027), unless
+    # ``limits.max_message_bytes`` caps them lower.
+    method_limits: dict[str, int]
     try:
         if args.daemon == "coordinator":
-            from coordinator.daemon import CoordinatorConfig, CoordinatorDaemon
+            from coordinator.daemon import METHOD_MESSAGE_BYTES, CoordinatorConfig, CoordinatorDaemon
 
             config: Any = load_config(CoordinatorConfig, args.config)
             daemon = CoordinatorDaemon(config)
+            method_limits = METHOD_MESSAGE_BYTES
         elif args.daemon == "signer":
+            from signer.daemon import METHOD_MESSAGE_BYTES as SIGNER_LIMITS
             from signer.daemon import SignerConfig, SignerDaemon
 
             config = load_config(SignerConfig, args.config)
             daemon = SignerDaemon(config)
+            method_limits = SIGNER_LIMITS
         else:
-            from verifier.daemon import METHOD_MESSAGE_BYTES, VerifierConfig, VerifierDaemon
+            from verifier.daemon import METHOD_MESSAGE_BYTES as VERIFIER_LIMITS
+            from verifier.daemon import VerifierConfig, VerifierDaemon
 
             config = load_config(VerifierConfig, args.config)
             daemon = VerifierDaemon(config)
-            method_limits = METHOD_MESSAGE_BYTES
+            method_limits = VERIFIER_LIMITS
         return run_daemon(
             args.daemon,
             daemon,
@@ -310,7 +311,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # Threads for calls, plus one per lane a verifier may hold open (each holds its thread).
             max_workers=worker_count(getattr(config, "max_workers", 0)) + getattr(config, "max_lanes", 0),
             limits=config.limits,
-            max_message_bytes=config.limits.max_message_bytes or MAX_MESSAGE_BYTES[args.daemon],
+            max_message_bytes=config.limits.max_message_bytes or max(method_limits.values()),
             method_limits=method_limits,
         )
     except (ConfigError, SignerError) as exc:

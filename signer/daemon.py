@@ -89,6 +89,13 @@ from signer.store import DEFAULT_COLLECT_BATCH, SignerStore, Transaction
 log = logging.getLogger("countersign.signer")
 PARSED_PATH_CACHE = 1024
 MAX_LANES = 64
+# Every signer method carries at most a path (1 MiB, spec section 10) and small fields, so each is held
+# to this (ADR 0027); health and reflection get the server's small default.
+SIGNER_MESSAGE_BYTES = 2 << 20
+METHOD_MESSAGE_BYTES = {
+    f"/countersign.v1.Signer/{method.name}": SIGNER_MESSAGE_BYTES
+    for method in signer_pb2.DESCRIPTOR.services_by_name["Signer"].methods
+}
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0)
 
 

@@ -1,5 +1,5 @@
 """A large output need not travel (ADR 0027): the consumer sends its SHA-256 (``output_sha256``)
-instead of its bytes, and each verifier method is held to the message size it needs."""
+instead of its bytes, and each method of each daemon is held to the message size it needs."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from countersign.reasons import Reason
 from countersign.records import Path
 from countersign.verify import OutputDigest
 from countersign_cli.localmesh import LocalMesh
+from signer.daemon import SIGNER_MESSAGE_BYTES
 from tests.mesh.helpers import big_channel_to, service_error, verifier_stub
-from verifier.daemon import MAX_OUTPUT_BYTES, VERIFY_MESSAGE_BYTES
+from verifier.daemon import MAX_OUTPUT_BYTES, SESSION_MESSAGE_BYTES, VERIFY_MESSAGE_BYTES
 
 pytestmark = pytest.mark.daemons
 
@@ -88,17 +89,24 @@ def test_the_wire_takes_the_digest_or_bounded_bytes_and_refuses_both_or_a_bad_di
 
 
 @pytest.mark.parametrize(
-    ("method", "limit"),
+    ("daemon", "method", "limit"),
     [
-        ("/countersign.v1.Verifier/VerifyPath", VERIFY_MESSAGE_BYTES),
-        ("/countersign.v1.Verifier/Impact", 16 << 10),
-        ("/grpc.health.v1.Health/Check", 64 << 10),
+        ("verifier-0", "/countersign.v1.Verifier/VerifyPath", VERIFY_MESSAGE_BYTES),
+        ("verifier-0", "/countersign.v1.Verifier/VerifySession", SESSION_MESSAGE_BYTES),
+        ("verifier-0", "/countersign.v1.Verifier/Impact", 16 << 10),
+        ("verifier-0", "/grpc.health.v1.Health/Check", 64 << 10),
+        ("deployer-a", "/countersign.v1.Signer/IssueReceipt", SIGNER_MESSAGE_BYTES),
+        ("deployer-a", "/grpc.health.v1.Health/Check", 64 << 10),
+        ("coordinator", "/countersign.v1.Coordinator/Submit", 2 << 20),
+        ("coordinator", "/countersign.v1.Coordinator/SubmitCheckpoint", 16 << 10),
+        ("coordinator", "/countersign.v1.Coordinator/GetLog", 4 << 10),
+        ("coordinator", "/grpc.health.v1.Health/Check", 64 << 10),
     ],
 )
-def test_each_verifier_method_refuses_past_its_own_size_limit_and_takes_up_to_it(
-    mesh: LocalMesh, method: str, limit: int
+def test_each_daemon_method_refuses_past_its_own_size_limit_and_takes_up_to_it(
+    mesh: LocalMesh, daemon: str, method: str, limit: int
 ) -> None:
-    channel = big_channel_to(mesh, "verifier-0", "client", 8 << 20)
+    channel = big_channel_to(mesh, daemon, "client", 8 << 20)
     call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
 
     def sized(size: int) -> bytes:  # an unknown field 15 (length-delimited) padding the message to size
