@@ -251,3 +251,40 @@ def test_verify_session_remote_prints_the_offline_verdict(mesh: LocalMesh, tmp_p
     assert code == 2 and "not with --verifier" in str(refused["stderr"])
     code, refused = cli("verify-session", *moved, "--verifier", mesh.daemons["verifier-0"].address)
     assert code == 2 and "--ca is required" in str(refused["stderr"])
+
+
+def test_outputs_as_bytes_or_as_their_sha256_get_the_same_verdict(mesh: LocalMesh) -> None:
+    """ADR 0027 for sessions: each output may travel as its bytes or as its SHA-256 (the SDK always
+    sends the digest); a changed digest is the mismatch the changed bytes would be; two forms at once,
+    a digest of another length, or more than 1 MiB of bytes in all is INVALID_ARGUMENT."""
+    signed = sign_session(mesh, 2, closed=False)
+    outputs = [o or b"" for o in signed.outputs]
+    audit = verifier_pb2.VerifyPathRequest.AUDIT
+
+    def ask(presented: list[verifier_pb2.SessionOutput]) -> verifier_pb2.VerifySessionResponse:
+        request = verifier_pb2.VerifySessionRequest(session=signed.evidence().to_bytes(), outputs=presented, mode=audit)
+        return stub.VerifySession(request, timeout=10)  # type: ignore[no-any-return]
+
+    channel = channel_to(mesh, "verifier-0", "client")
+    try:
+        stub = verifier_stub(channel)
+        as_bytes = ask([verifier_pb2.SessionOutput(data=o) for o in outputs])
+        as_digest = ask([verifier_pb2.SessionOutput(sha256=sha256(o)) for o in outputs])
+        assert as_bytes.verdict.verdict == as_bytes.verdict.ACCEPT
+        assert as_digest.verdict == as_bytes.verdict
+        changed = ask(
+            [verifier_pb2.SessionOutput(sha256=sha256(outputs[0])), verifier_pb2.SessionOutput(sha256=sha256(b"x"))]
+        )
+        assert (changed.verdict.reason, changed.verdict.index) == (Reason.SESSION_OUTPUT_MISMATCH.value, 1)
+        for bad in (
+            [verifier_pb2.SessionOutput(data=outputs[0], sha256=sha256(outputs[0])), verifier_pb2.SessionOutput()],
+            [verifier_pb2.SessionOutput(sha256=b"short"), verifier_pb2.SessionOutput(absent=True)],
+            [verifier_pb2.SessionOutput(data=b"o" * (1 << 20)), verifier_pb2.SessionOutput(data=b"o")],
+        ):
+            assert service_error(lambda bad=bad: ask(bad)).code == "INVALID_ARGUMENT"
+    finally:
+        channel.close()
+    # The SDK's own call (it sends digests) agrees.
+    with mesh.verifier_client() as client:
+        assert client.verify_session(signed.evidence(), outputs, audit=True)
+    assert "Traceback" not in mesh.log_tail("verifier-0", 200)
