@@ -192,7 +192,7 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
             note="  <- known limit: the child signs alone",
         )  # fmt: skip
 
-        writer_session(mesh, runtimes["deployer-c"], writer, report)
+        writer_session(verifier, runtimes["deployer-c"], writer, report)
 
         print("\nRevocation without restart:")
         operator = mesh.operator_client()
@@ -245,34 +245,28 @@ TURNS = (
 )
 
 
-def writer_session(mesh: object, writer_runtime: SignerClient, writer: Path, report: Report) -> None:
-    """The Writer's three-turn session, signed through deployer-c's signer and closed; then the same
-    receipts reordered, with a turn dropped, and truncated (the close receipt removed), each rejected."""
-    from countersign.keys import PublicKey
-    from countersign.registry import KeyEntry, Registry
-    from countersign.sessions import SessionEvidence, check_session
-    from countersign_cli.localmesh import LocalMesh
+def writer_session(verifier: VerifierClient, writer_runtime: SignerClient, writer: Path, report: Report) -> None:
+    """The Writer's three-turn session, signed through deployer-c's signer and closed, verified as a
+    whole by the verifier service (``VerifySession``, accept mode: every receipt consumed at once); then
+    the same session shown again, reordered, with a turn dropped, and truncated, each rejected."""
+    from countersign.sessions import SessionEvidence
 
-    assert isinstance(mesh, LocalMesh)
     print("\nSession: the Writer's three turns, signed by deployer-c's signer, then closed")
     turns = [writer_runtime.receipt(writer, hashlib.sha256(t).digest(), session="writer-chat").leaf for t in TURNS]
     close = writer_runtime.close_session(writer, session="writer-chat").leaf
-    # The keys the operator enrolled (valid from the start), as the verifier's registry holds them.
-    registry = Registry(
-        {d: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for d, k in mesh.deployer_keys.items()}, sequence=3
-    )
-    now = now_ms()
 
     def check(receipts: list[Envelope], outputs: list[bytes | None], closed: bool = True) -> VerificationResult:
-        # The core's session check, in this process, for now: the verifier's VerifySession may take
-        # its place once it is merged (the verdicts are the same: it runs this check).
         evidence = SessionEvidence(writer, tuple(receipts))
-        return check_session(evidence, outputs, registry=registry, now_ms=now, require_closed=closed).result
+        return verifier.verify_session(evidence, outputs, require_closed=closed).result
 
     t0, t1, t2 = TURNS
     report.outcome(
         "the closed session, three turns (consumer requires closed)",
         check([*turns, close], [t0, t1, t2, None]), None, where="receipt",
+    )  # fmt: skip
+    report.outcome(
+        "the same session shown again", check([*turns, close], [t0, t1, t2, None]), Reason.NONCE_REPLAYED,
+        where="receipt",
     )  # fmt: skip
     report.outcome(
         "the same session reordered (turns 1, 0, 2)",

@@ -35,11 +35,13 @@ def test_mesh_demo_shows_every_outcome_and_exports_checkable_evidence(tmp_path: 
         "all outcomes as expected",
     ):
         assert line in out, line
-    # The Writer's session: accepted closed, then each rearrangement rejected with its reason and index.
+    # The Writer's session, through the verifier's VerifySession: accepted closed and consumed (shown
+    # again it is a replay), then each rearrangement rejected with its reason and index.
     scene = out.split("Session: the Writer's three turns", 1)[1].split("Revocation without restart", 1)[0]
     verdicts = [line.split("  ")[-1].strip() for line in scene.splitlines() if line.startswith("  ok ")]
     assert verdicts == [
         "ACCEPT",
+        "REJECT NONCE_REPLAYED at receipt 0",
         "REJECT SESSION_REORDERED at receipt 0",
         "REJECT SESSION_GAP at receipt 1",
         "REJECT SESSION_TRUNCATED at the end",
