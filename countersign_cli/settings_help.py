@@ -37,6 +37,7 @@ MEANINGS = {
     "collect_batch": "at most this many expired rows per table per collection transaction",
     "max_stream_chunks": "most output chunks one StreamReceipts call may send (more: RESOURCE_EXHAUSTED)",
     "max_stream_messages": "most messages one RuntimeCalls or StreamReceipts stream may send (more: refused)",
+    "max_session_receipts": "most receipts one VerifySession request may carry (DynamoDB: at most 100 in accept mode)",
     "prefix_cache_entries": "verified path prefixes kept in memory (0: no cache); any registry change empties it",
     "collect_interval_ms": "how often expired nonces, child sets and old verdicts are collected",
     "lanes_per_client": "verification lanes per client connection",

@@ -8,7 +8,7 @@
 set -eu
 umask 077
 
-: "${COORDINATOR:?}" "${OPERATOR_DIR:?}" "${PUBLIC_DIR:?}" "${DEPLOYERS:?}"
+: "${COORDINATOR:?}" "${OPERATOR_DIR:?}" "${PUBLIC_DIR:?}" "${DEPLOYERS:?}" "${OPERATOR_HEAD_FILE:?}"
 work=$(mktemp -d)
 trap 'rm -rf "${work}"' EXIT
 
@@ -33,6 +33,6 @@ for deployer in $(echo "${DEPLOYERS}" | tr ',' ' '); do
     # shellcheck disable=SC2086
     countersign operator enrol --key "${OPERATOR_DIR}/operator.jwk" --deployer "${deployer}" \
         --public-key="${public_key}" --coordinator "${COORDINATOR}" --note "docker compose dev mesh" ${tls} \
-        --head-file /var/lib/countersign/operator-head.json
+        --head-file "${OPERATOR_HEAD_FILE}"
 done
 echo "enrol: done"
