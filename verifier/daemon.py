@@ -58,10 +58,12 @@ MAX_OUTPUT_BYTES = 1 << 20
 # What each method needs at most: VerifyPath(s) a path of 1 MiB (a longer one is a MALFORMED verdict
 # up to this bound) and the output, with 16 KiB for the other fields; Impact only names and numbers.
 VERIFY_MESSAGE_BYTES = MAX_INPUT_BYTES + MAX_OUTPUT_BYTES + (16 << 10)
-# VerifySession(s): session evidence of up to max_session_receipts receipts (about 1.5 KiB each, so
-# 4 MiB holds the default 1,024 with room), outputs sent whole up to MAX_OUTPUT_BYTES in all (larger
-# ones by their SHA-256, 32 bytes each), and the other fields.
-SESSION_INPUT_BYTES = 4 << 20
+# VerifySession(s): session evidence of up to max_session_receipts receipts (about 850 bytes each, so
+# 1 MiB holds the default 1,024), outputs sent whole up to MAX_OUTPUT_BYTES in all (larger ones by
+# their SHA-256, 32 bytes each), and the other fields. Kept near VerifyPath's limit: the receive budget
+# (ADR 0027) is four of the largest message, so a larger one here would let more large requests be
+# parsed at once.
+SESSION_INPUT_BYTES = 1 << 20
 SESSION_MESSAGE_BYTES = SESSION_INPUT_BYTES + MAX_OUTPUT_BYTES + (64 << 10)
 METHOD_MESSAGE_BYTES = {
     "/countersign.v1.Verifier/VerifyPath": VERIFY_MESSAGE_BYTES,
