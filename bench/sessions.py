@@ -65,7 +65,7 @@ def _verification_row(outputs: int, rounds: int) -> dict[str, float]:
     count = len(receipts)
     assert check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True).result
     sample = receipts[len(receipts) // 2]
-    message = record_signing_input(sample.record.construction, sample.record_json, sample.record_bytes())
+    message = record_signing_input(sample.record.construction, sample)
     key = nacl.signing.SigningKey(b"\x07" * 32)
     signed, verify_key = key.sign(message), key.verify_key
     envelopes = [json.dumps(r.to_json(), separators=(",", ":")).encode() for r in receipts]

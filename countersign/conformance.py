@@ -241,7 +241,7 @@ class Adversary:
         if not self.construction.signed:
             return seal(record, None)
         probe = Envelope.build(record, None)
-        message = record_signing_input(self.construction, probe.record_json, probe.record_bytes())
+        message = record_signing_input(self.construction, probe)
         return Envelope.build(record, b64url_encode(self.outsider.sign(message)))
 
     def new_record(self, template: NodeRecord, deployer: str, *, output: bytes | None) -> NodeRecord:

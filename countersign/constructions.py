@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from countersign.canonical import JsonValue, b64url_decode_validated, b64url_encode, canonicalize_validated, pae
+from countersign.canonical import b64url_decode_validated, b64url_encode, canonicalize_validated, pae
 from countersign.keys import PublicKey, Signer
 from countersign.merkle import MerkleAccumulator
 from countersign.records import (
@@ -40,16 +40,17 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def record_signing_input(construction: Construction, record_json: dict[str, JsonValue], record_bytes: bytes) -> bytes:
-    """The bytes the primary signature covers: PAE over the record's signed view.
+def record_signing_input(construction: Construction, envelope: Envelope) -> bytes:
+    """The bytes the primary signature of ``envelope`` covers under ``construction``: PAE over the
+    record's signed view.
 
-    The signed view is the whole record, except under NAIVE-SIG, which signs the record without its
-    lineage fields (``parent``, ``depth``): "a node signs only its own identity".
+    The signed view is the whole record (its canonical bytes), except under NAIVE-SIG, which signs
+    the record without its lineage fields (``parent``, ``depth``): "a node signs only its own identity".
     """
     if construction is Construction.NAIVE_SIG:
-        view = {k: v for k, v in record_json.items() if k not in NAIVE_SIG_UNSIGNED_FIELDS}
+        view = {k: v for k, v in envelope.record_json.items() if k not in NAIVE_SIG_UNSIGNED_FIELDS}
         return pae(PAYLOAD_TYPE_NODE, canonicalize_validated(view))
-    return pae(PAYLOAD_TYPE_NODE, record_bytes)
+    return pae(PAYLOAD_TYPE_NODE, envelope.record_bytes())
 
 
 def parent_link(construction: Construction, prefix: Sequence[Envelope]) -> str | None:
@@ -159,7 +160,7 @@ def seal(record: NodeRecord, signer: Signer | None) -> Envelope:
     if signer is None or signer.key_id != record.key_id:
         raise ValueError("sealing needs the signer whose key_id the record names")
     envelope = Envelope.build(record, None)
-    message = record_signing_input(record.construction, envelope.record_json, envelope.record_bytes())
+    message = record_signing_input(record.construction, envelope)
     return envelope.with_sig(b64url_encode(signer.sign(message)))
 
 

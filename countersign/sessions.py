@@ -250,7 +250,7 @@ def _receipt_walk(
         if isinstance(key, KeyProblem):
             return VerificationResult.reject(key.reason, index, key.detail)
         assert receipt.sig is not None
-        message = record_signing_input(construction, receipt.record_json, receipt.record_bytes())
+        message = record_signing_input(construction, receipt)
         if not key.verify(message, b64url_decode_validated(receipt.sig)):
             return VerificationResult.reject(Reason.BAD_SIGNATURE, index, "primary signature does not verify")
     skew = policy.clock_skew_ms

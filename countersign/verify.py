@@ -502,7 +502,7 @@ def _collect(
         if check_primary:
             key = _resolve(registry, record.deployer, record.key_id, record.created_ms, index, _STEP_KEY, "")
             assert envelope.sig is not None
-            message = record_signing_input(construction, envelope.record_json, record_bytes)
+            message = record_signing_input(construction, envelope)
             checks.append(
                 SignatureCheck(
                     (index, _STEP_SIGNATURE),

@@ -64,7 +64,7 @@ def signature_marks(path: Path, registry: Registry) -> list[SignatureMark]:
                               f"{record.construction} records are not signed")
             )  # fmt: skip
         else:
-            message = record_signing_input(record.construction, envelope.record_json, envelope.record_bytes())
+            message = record_signing_input(record.construction, envelope)
             marks.append(
                 _mark(registry, index, SignatureRole.PRIMARY, record.deployer, record.key_id, record.created_ms,
                       message, envelope.sig)

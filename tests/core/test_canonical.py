@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import rfc8785
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from countersign.canonical import (
@@ -19,9 +20,22 @@ from countersign.canonical import (
 )
 from countersign.constructions import EdgeProposal, edge_manifest
 from countersign.errors import MalformedError
-from countersign.records import Construction
+from countersign.records import (
+    AgentRef,
+    BindingScope,
+    Construction,
+    CoSignature,
+    CoSignerRole,
+    LifecycleEvent,
+    NodeRecord,
+    OutputReceipt,
+    Policy,
+    SessionClose,
+    StreamChunk,
+    StreamUnit,
+)
 
-from .strategies import MESH, valid_paths
+from .strategies import IDENTIFIER_ALPHABET, MESH, NOW_MS, valid_paths
 
 pytestmark = pytest.mark.offline
 
@@ -66,6 +80,73 @@ def test_composed_edge_manifest_equals_rfc8785_of_the_manifest_object(case: tupl
             }
         )
         assert edge_manifest(parent.digest(), child.record_bytes(), cosigners) == reference
+
+
+# Strings of every kind: the schema's (they encode as themselves), and any text without lone
+# surrogates (quotes, backslashes, controls, non-ASCII: the template hands those to the encoder).
+schema_text = st.text(alphabet=IDENTIFIER_ALPHABET + " ", min_size=1, max_size=24)
+# Mostly the schema's characters, now and then one a JSON string must escape (or may not hold as is).
+nearly_schema_text = st.text(alphabet=IDENTIFIER_ALPHABET + ' "\\\x00\x1f\x7f\u00e9\u2028', min_size=1, max_size=24)
+text_of_any_kind = schema_text | st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
+naturals = st.integers(0, SAFE_INTEGER_MAX)
+
+
+@st.composite
+def receipts(draw: st.DrawFn, any_text: st.SearchStrategy[str]) -> OutputReceipt:
+    seq = draw(naturals)
+    prev = draw(st.none() | any_text)
+    return OutputReceipt(
+        draw(any_text),
+        draw(st.sampled_from(list(BindingScope))),
+        draw(any_text),
+        seq,
+        prev,
+        draw(st.none() | st.builds(StreamChunk, st.sampled_from(list(StreamUnit)), naturals, naturals)),
+        draw(st.none() | st.builds(SessionClose, naturals, st.none() | any_text)),
+    )
+
+
+@st.composite
+def node_records(draw: st.DrawFn) -> NodeRecord:
+    """Records of every shape, valid or not under the schema: the template is about encoding only.
+    Half hold only the schema's strings (the template's bytes), a quarter now and then a character
+    that must not go through the template, the rest any text."""
+    any_text = draw(st.sampled_from([schema_text, schema_text, nearly_schema_text, text_of_any_kind]))
+    cosignature = st.builds(CoSignature, st.sampled_from(list(CoSignerRole)), any_text, any_text, any_text)
+    return NodeRecord(
+        construction=draw(st.sampled_from(list(Construction))),
+        deployer=draw(any_text),
+        key_id=draw(any_text),
+        agent=AgentRef(draw(any_text), draw(any_text)),
+        created_ms=draw(naturals),
+        expires_ms=draw(naturals),
+        parent=draw(st.none() | any_text),
+        depth=draw(naturals),
+        nonce=draw(any_text),
+        max_children=draw(naturals),
+        event=draw(st.sampled_from(list(LifecycleEvent))),
+        policy=Policy(draw(st.none() | st.lists(any_text, max_size=3).map(tuple)), draw(st.none() | naturals)),
+        output=draw(st.none() | receipts(any_text)),
+        cosigs=tuple(draw(st.lists(cosignature, max_size=2))),
+    )
+
+
+@settings(max_examples=400)
+@given(node_records())
+def test_the_record_template_equals_rfc8785_over_every_shape_of_record(record: NodeRecord) -> None:
+    assert record.canonical_bytes() == rfc8785.dumps(record.to_json())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"created_ms": True}, {"depth": 1.5}, {"max_children": "4"}, {"deployer": 7}, {"policy": Policy((), 2.0)}],  # type: ignore[arg-type]
+)
+def test_a_record_of_the_wrong_types_is_encoded_as_the_encoder_would(change: dict[str, object]) -> None:
+    """Fields of the wrong type (only code that builds records by hand can make them) get the JSON
+    encoder's bytes, never a template's guess: ``True`` is not ``1``, ``1.5`` is not ``1``."""
+    path = MESH.issue_path(Construction.SIGNED_DAG, ["deployer-a", "deployer-b"], b"o", now_ms=NOW_MS)
+    record = dataclasses.replace(path.leaf.record, **change)  # type: ignore[arg-type]
+    assert record.canonical_bytes() == canonicalize_validated(record.to_json())
 
 
 def test_python_sort_differs_from_jcs_beyond_the_data_model() -> None:

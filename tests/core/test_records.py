@@ -10,10 +10,9 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-import countersign.records as records_module
 from countersign.errors import MalformedError
 from countersign.reasons import Reason, Verdict
-from countersign.records import MAX_INPUT_BYTES, Construction, Path, parse_json
+from countersign.records import MAX_INPUT_BYTES, Construction, NodeRecord, Path, parse_json
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, verify_path_bytes
 
@@ -142,13 +141,13 @@ def test_digest_and_serialisation_reuse_the_encoded_record(monkeypatch: pytest.M
     path = MESH.issue_path(Construction.SIGNED_DAG, ["deployer-a", "deployer-b", "deployer-c"], b"o", now_ms=NOW_MS)
     parsed = Path.from_bytes(path.to_bytes())
     encoded: list[object] = []
-    real = records_module.canonicalize_validated
+    real = NodeRecord.canonical_bytes
 
-    def counting(value: object) -> bytes:
-        encoded.append(value)
-        return real(value)
+    def counting(record: NodeRecord) -> bytes:
+        encoded.append(record)
+        return real(record)
 
-    monkeypatch.setattr(records_module, "canonicalize_validated", counting)
+    monkeypatch.setattr(NodeRecord, "canonical_bytes", counting)
     for _ in range(3):
         parsed.to_bytes()
         for envelope in parsed.envelopes:

@@ -196,7 +196,7 @@ def encoding_vector(m: SampleMesh, path: Path) -> dict[str, Any]:
             "index": index,
             "record_canonical": record_bytes.decode(),
             "signing_input_base64": base64.b64encode(
-                record_signing_input(envelope.record.construction, envelope.record_json, record_bytes)
+                record_signing_input(envelope.record.construction, envelope)
             ).decode(),
             "sig": envelope.sig,
             "envelope_canonical": envelope.canonical_bytes().decode(),
