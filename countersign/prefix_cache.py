@@ -10,9 +10,9 @@ change can never reuse an entry: the cache is emptied when it sees another regis
 shared between registries. The time windows of the cached records, the output binding and the
 durable state (replay and fan-out) are still checked on every verification.
 
-It also remembers the envelopes of the paths it stored, by the digest of their canonical bytes, so
-parsing a path skips the schema checks of envelopes already seen (:meth:`Envelope.from_json_known`:
-equal digests are equal JSON values; everything else is parsed in full).
+It also remembers the signed envelopes of the paths it stored, by their signature, so parsing a path
+skips the schema checks of an envelope already seen (:meth:`Envelope.from_json_known`: one held under
+the same signature that equals the presented value as JSON; everything else is parsed in full).
 
 Bounded: at most ``max_entries`` prefixes and ``4 × max_entries`` envelopes, least recently used
 first out. Pure data, no I/O; safe to share between threads.
@@ -99,19 +99,20 @@ class PrefixCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
-    def known_envelope(self, digest: str) -> Envelope | None:
-        """The envelope stored under ``digest`` (the digest of its canonical bytes), if any."""
+    def known_envelope(self, sig: str) -> Envelope | None:
+        """The envelope last stored with the signature ``sig``, if any (the caller compares contents)."""
         with self._lock:
-            envelope = self._envelopes.get(digest)
+            envelope = self._envelopes.get(sig)
             if envelope is not None:
-                self._envelopes.move_to_end(digest)
+                self._envelopes.move_to_end(sig)
             return envelope
 
     def remember_envelopes(self, envelopes: tuple[Envelope, ...]) -> None:
         with self._lock:
             for envelope in envelopes:
-                self._envelopes[envelope.digest()] = envelope
-                self._envelopes.move_to_end(envelope.digest())
+                if envelope.sig is not None:  # the unsigned baselines are parsed in full
+                    self._envelopes[envelope.sig] = envelope
+                    self._envelopes.move_to_end(envelope.sig)
             while len(self._envelopes) > 4 * self.max_entries:
                 self._envelopes.popitem(last=False)
 

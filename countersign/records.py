@@ -547,7 +547,7 @@ class UnsupportedVersionError(MalformedError):
 
 ENVELOPE_KEYS: Final = frozenset({"record", "key_id", "sig"})
 KnownEnvelopes = Callable[[str], "Envelope | None"]
-"""Envelopes already parsed, by the digest of their canonical bytes (a verifier's prefix cache)."""
+"""Envelopes already parsed, by their signature (a verifier's prefix cache)."""
 PATH_KEYS: Final = frozenset({"v", "envelopes"})
 
 
@@ -636,40 +636,21 @@ class Envelope:
 
     @classmethod
     def from_json_known(cls, value: object, known: KnownEnvelopes) -> Envelope:
-        """:meth:`from_json`, but an envelope whose canonical bytes ``known`` recognises is the one it
-        returns, without checking its schema again.
+        """:meth:`from_json`, but when ``known`` holds an envelope under the value's signature and that
+        envelope equals the value as JSON, it is the one returned, without checking the schema again.
 
-        The digest is taken over the value's canonical encoding, composed only once the value has the
-        envelope's three keys and its ``key_id`` and ``sig`` match their patterns (no quote or
-        backslash can hide in them), so equal digests mean equal JSON values, and schema validity is
-        a property of the value. Anything else is parsed by :meth:`from_json` exactly as before.
+        ``value`` must hold no JSON booleans (:meth:`Path.from_bytes` makes sure). Python's ``==`` on
+        values parsed from JSON text is JSON equality but for ``true == 1`` and ``false == 0`` (floats
+        never get here: the parser refuses them), so with no booleans, equal means the same JSON value
+        (key order and whitespace aside), and passing the schema is a property of the value: the known
+        envelope passed it. Anything else, including a known signature on other contents, is parsed
+        by :meth:`from_json` exactly as without ``known``.
         """
-        if (
-            type(value) is not dict
-            or value.keys() != ENVELOPE_KEYS
-            or type(value["key_id"]) is not str
-            or KEY_ID_PATTERN.fullmatch(value["key_id"]) is None
-            or not (value["sig"] is None or (type(value["sig"]) is str and SIGNATURE_PATTERN.fullmatch(value["sig"])))
-        ):
-            return cls.from_json(value)
-        try:
-            record_bytes = canonicalize_validated(value["record"])
-        except (ValueError, TypeError, RecursionError, UnicodeError):
-            return cls.from_json(value)
-        sig = value["sig"]
-        canonical = (
-            b'{"key_id":"' + value["key_id"].encode("ascii") + b'","record":' + record_bytes + b',"sig":'
-            + (b"null" if sig is None else b'"' + sig.encode("ascii") + b'"') + b"}"
-        )  # fmt: skip
-        digest = sha256_digest(canonical)
-        envelope = known(digest)
-        if envelope is not None:
-            return envelope
-        envelope = cls.from_json(value)
-        # The schema held, so those bytes are the record's canonical bytes (canonicalize_validated).
-        object.__setattr__(envelope, "_record_bytes", record_bytes)
-        object.__setattr__(envelope, "_digest", digest)
-        return envelope
+        if type(value) is dict and value.keys() == ENVELOPE_KEYS and type(value["sig"]) is str:
+            envelope = known(value["sig"])
+            if envelope is not None and value["key_id"] == envelope.key_id and value["record"] == envelope.record_json:
+                return envelope
+        return cls.from_json(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,9 +661,14 @@ class Path:
     v: int = FORMAT_VERSION
 
     @classmethod
-    def from_json(cls, value: object, known: KnownEnvelopes | None = None) -> Path:
-        """Parse a path. With ``known`` (a verifier's prefix cache), envelopes it recognises by their
-        canonical digest are taken from it (:meth:`Envelope.from_json_known`): same result, less work."""
+    def from_json(cls, value: object) -> Path:
+        """Parse a path from its JSON value."""
+        return cls._parse(value, None)
+
+    @classmethod
+    def _parse(cls, value: object, known: KnownEnvelopes | None) -> Path:
+        """With ``known`` (a verifier's prefix cache; only for values with no booleans), envelopes it
+        holds are taken from it (:meth:`Envelope.from_json_known`): the same result, less work."""
         if type(value) is dict and type(value.get("v")) is int and value["v"] != FORMAT_VERSION:
             raise UnsupportedVersionError(f"path version {value['v']} is not supported")
         obj = _object(value, PATH_KEYS, "path")
@@ -718,9 +704,15 @@ class Path:
         with it (spec 2.1, step 1 of 4.5). A path that passes the schema is at most six levels deep, so
         the depth is measured only when parsing fails: the answer is the same as measuring first,
         and a valid path pays nothing for it.
+
+        With ``known`` (a verifier's prefix cache), envelopes it already holds are not checked again,
+        for the same result. No record holds a boolean, so text holding ``true`` or ``false`` anywhere
+        (even inside a string) is parsed without it: ``true == 1`` cannot make a value look known.
         """
+        if known is not None and (b"true" in data or b"false" in data):
+            known = None
         try:
-            return cls.from_json(parse_json(data), known)
+            return cls._parse(parse_json(data), known)
         except MalformedError:
             if nesting_exceeds(bytes(data)):
                 raise MalformedError(f"input is nested deeper than {MAX_NESTING} levels") from None

@@ -35,12 +35,13 @@ def test_the_headline_runs_every_row_in_the_same_rounds() -> None:
     mesh = SampleMesh.create(deployer_names(3), seed=b"bench-test")
     head = core.headline(mesh, quick=True)
     assert head["signatures"] == 13
-    for name in ("raw", "audit", "accept", "parsed", "sibling", "again", "commit"):
+    for name in ("raw", "audit", "audit_lanes", "accept", "parsed", "sibling", "again", "commit"):
         assert head["median_us"][name] > 0
     assert head["ratio_to_raw"]["raw"]["median"] == 1.0
     assert head["accept_floor"]["median"] > 1.0  # the raw verifies plus a durable commit
     text = "\n".join(core.headline_report(head))
     assert "from bytes, audit" in text and "sibling under a cached depth-4 prefix" in text
+    assert "the verifier service's split" in text
     for peer in head["peers"].values():
         assert (peer["us"] is None) == bool(peer["unavailable"])
 

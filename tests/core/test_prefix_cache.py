@@ -220,7 +220,7 @@ def presented_bytes(draw: st.DrawFn) -> tuple[Path, bytes]:
     not (whitespace, key order), one JSON-level change, or one byte changed."""
     path, _ = draw(valid_paths())
     body = path.to_json()
-    kind = draw(st.sampled_from(["canonical", "spaced", "mutated", "byte", "duplicate-key"]))
+    kind = draw(st.sampled_from(["canonical", "spaced", "mutated", "byte", "duplicate-key", "boolean"]))
     if kind == "canonical":
         return path, path.to_bytes()
     if kind == "spaced":
@@ -232,8 +232,13 @@ def presented_bytes(draw: st.DrawFn) -> tuple[Path, bytes]:
     if kind == "byte":
         data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
         return path, bytes(data)
+    if kind == "boolean":  # true == 1 and false == 0 in Python: a record's 1 or 0 written as a boolean
+        return path, bytes(data).replace(*draw(st.sampled_from(BOOLEANS_FOR_INTEGERS)), 1)
     # A duplicate key inside a record: the JSON parser must still refuse it.
     return path, bytes(data).replace(b'"depth":', b'"depth":0,"depth":', 1)
+
+
+BOOLEANS_FOR_INTEGERS = [(b'"v":1}', b'"v":true}'), (b'"depth":0,', b'"depth":false,'), (b'"seq":0,', b'"seq":false,')]
 
 
 @settings(max_examples=300, deadline=None)
