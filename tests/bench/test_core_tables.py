@@ -35,10 +35,11 @@ def test_the_headline_runs_every_row_in_the_same_rounds() -> None:
     mesh = SampleMesh.create(deployer_names(3), seed=b"bench-test")
     head = core.headline(mesh, quick=True)
     assert head["signatures"] == 13
-    for name in ("raw", "audit", "audit_lanes", "accept", "parsed", "sibling", "again", "commit"):
+    for name in ("raw", "audit", "audit_lanes", "accept", "parsed", "sibling", "again", "commit", "json"):
         assert head["median_us"][name] > 0
     assert head["ratio_to_raw"]["raw"]["median"] == 1.0
     assert head["accept_floor"]["median"] > 1.0  # the raw verifies plus a durable commit
+    assert head["audit_floor"]["median"] > 1.0  # the raw verifies plus the walk and a plain JSON read
     text = "\n".join(core.headline_report(head))
     assert "from bytes, audit" in text and "sibling under a cached depth-4 prefix" in text
     assert "the verifier service's split" in text
