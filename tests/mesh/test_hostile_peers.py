@@ -183,6 +183,7 @@ def hostile_mesh(make_mesh: Callable[..., LocalMesh]) -> LocalMesh:
     return make_mesh()
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize("daemon", sorted(STREAMING))
 def test_idle_streams_from_one_certificate_leave_unary_calls_answering(hostile_mesh: LocalMesh, daemon: str) -> None:
     mesh = hostile_mesh
@@ -207,11 +208,10 @@ def test_idle_streams_from_one_certificate_leave_unary_calls_answering(hostile_m
         channel.close()
     # Every slot the attacker held comes back once its streams end.
     poll(lambda: streams_open() == baseline, timeout_s=15, what="the attacker's stream slots to come back")
-    # Before the limits these calls timed out (5 s). What is asserted is that they still answer promptly,
-    # not how fast: a speed figure belongs in a benchmark, and this test shares 2 CPUs with the rest of
-    # the parallel run. A quarter of a second over the unloaded p99 is far from starvation and far above
-    # the scheduling noise.
-    assert _p99(loaded) <= _p99(unloaded) + 0.250, (_p99(unloaded), _p99(loaded))
+    # Before the limits these calls timed out at 5 s. Twice the unloaded p99 is the bound; the
+    # extra 20 ms absorbs a 2-CPU machine's scheduling noise. The test runs alone (exclusive): with the
+    # parallel run beside it the two windows saw different loads, not the attacker's effect.
+    assert _p99(loaded) <= max(2 * _p99(unloaded), _p99(unloaded) + 0.020), (_p99(unloaded), _p99(loaded))
     refusals = {labels["limit"]: value for labels, value in scrape(mesh, daemon)["countersign_limit_refusals_total"]}
     # Most refusals are the interceptor's (counted); under a burst gRPC's own bound on queued calls may
     # refuse some first, with the same status and no count of ours.
