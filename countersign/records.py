@@ -709,8 +709,11 @@ class Path:
         for the same result. No record holds a boolean, so text holding ``true`` or ``false`` anywhere
         (even inside a string) is parsed without it: ``true == 1`` cannot make a value look known.
         """
-        if known is not None and (b"true" in data or b"false" in data):
-            known = None
+        if known is not None:
+            # As bytes: ``in`` on a memoryview looks for one element, not for a run of bytes.
+            text = data if type(data) is bytes else bytes(data)
+            if b"true" in text or b"false" in text:
+                known = None
         try:
             return cls._parse(parse_json(data), known)
         except MalformedError:

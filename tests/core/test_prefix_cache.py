@@ -248,3 +248,5 @@ def test_parsing_with_known_envelopes_gives_the_same_path_or_the_same_error(case
     cache = PrefixCache()
     cache.remember_envelopes(path.envelopes)
     assert parse_outcome(data, cache) == parse_outcome(data, None)
+    # The same from a buffer that is not bytes (a memoryview's ``in`` looks for one element).
+    assert parse_outcome(memoryview(data), cache) == parse_outcome(data, None)  # type: ignore[arg-type]
