@@ -271,7 +271,10 @@ def _list_settings_in_help(parser: argparse.ArgumentParser, daemon: str) -> None
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from countersign._daemon.config import load_config
+    from countersign._daemon.memory import limit_malloc_arenas
     from countersign._daemon.server import run_daemon, worker_count
+
+    limit_malloc_arenas()  # before the daemon starts any thread of its own (countersign._daemon.memory)
 
     daemon: Any
     # Each daemon holds each of its methods to the message size it needs (its METHOD_MESSAGE_BYTES: what
