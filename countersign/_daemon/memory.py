@@ -15,7 +15,8 @@ burst leaves many half-used arenas: a burst of 56 requests just under the verifi
 left RSS at 1.3-1.7x idle whatever the trimmer did. ``limit_malloc_arenas`` caps glibc at two arenas
 before the daemon starts its threads (what ``MALLOC_ARENA_MAX=2`` does), and the same burst comes back
 to within 1.1x idle. The daemons' threads mostly wait on the GIL, so sharing arenas costs nothing
-measurable.
+measurable: co-signed issuance over three interleaved runs each way (``python -m bench --only
+issuance``) took 3,324-4,007 us p50 with the cap and 3,744-3,829 us without, its p99 lower with it.
 """
 
 from __future__ import annotations
