@@ -267,7 +267,8 @@ def headline(mesh: SampleMesh, quick: bool) -> dict[str, Any]:
         return verify_path(path, b"o", registry=registry, state=state, mode=Mode.AUDIT, now_ms=NOW_MS)
 
     # The verifier service's split on a 2-CPU machine (verifier/daemon.py): two lanes of checks.
-    lanes = ThreadedSignatures(2, cores=min(2, usable_cpus()))
+    lane_count = min(2, usable_cpus())
+    lanes = ThreadedSignatures(2, cores=lane_count)
 
     def audit_lanes() -> object:
         return verify_path_bytes(data, b"o", registry=registry, state=state, mode=Mode.AUDIT, now_ms=NOW_MS,
@@ -321,7 +322,7 @@ def headline(mesh: SampleMesh, quick: bool) -> dict[str, Any]:
     }  # fmt: skip
     return {
         "rounds": rounds, "calls_per_round": number, "path_bytes": len(data), "signatures": len(recorder.checks),
-        "lanes": min(2, usable_cpus()),
+        "lanes": lane_count,
         "median_us": medians, "ratio_to_raw": ratios, "ratio_to_cold": cold, "peers": peer_rows,
         "accept_floor": accept_floor, "accept_over_floor": accept_over_floor, "audit_floor": audit_floor,
     }  # fmt: skip

@@ -36,16 +36,19 @@ HELPED_BYTES = 1 << 20  # a trim that returned less found the memory in use
 MAX_BACKOFF = 32
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
+def _glibc_function(name: str, argtypes: list[type], restype: type) -> Callable[..., int] | None:
+    """The C library's function ``name`` with its signature set, or None where there is none (not glibc)."""
     try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = argtypes
+    function.restype = restype
+    return function  # type: ignore[no-any-return]
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    return _glibc_function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
 
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
@@ -55,14 +58,8 @@ MALLOC_ARENAS = 2
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap glibc's malloc at ``arenas`` arenas for the threads started from now on (see the module
     docstring). False where the C library is not glibc, or refuses."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):  # not glibc
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_ARENA_MAX, arenas))
+    mallopt = _glibc_function("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    return mallopt is not None and bool(mallopt(M_ARENA_MAX, arenas))
 
 
 def resident_bytes() -> int:
