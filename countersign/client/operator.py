@@ -22,6 +22,7 @@ from countersign.admission import (
     AdmissionLog,
     SignedEndorsement,
     SignedStatement,
+    Statement,
     StatementKind,
     sign_statement,
 )
@@ -184,6 +185,24 @@ def _after(copy: AdmissionLog, signed: SignedStatement) -> AdmissionLog:
     return after
 
 
+# A connected submit signs against the log as served; if the log or its checkpoint moves before the
+# statement lands (another statement, or the operator's own checkpoint loop signing a newer checkpoint
+# in between), the coordinator refuses with SEQUENCE_CONFLICT and stores nothing. The statement names
+# no sequence of its own choosing, so it is signed again against the log as it now stands.
+SUBMIT_ATTEMPTS = 3
+
+
+def _sign_submission(
+    copy: AdmissionLog, statement: Statement, operator: Signer, lifetime_ms: int
+) -> tuple[SignedStatement, AdmissionLog, SignedCheckpoint]:
+    """``statement`` signed, the log it makes of ``copy``, and that log's checkpoint (issued when the
+    statement is), signed."""
+    signed = sign_statement(statement, operator)
+    after = _after(copy, signed)  # refuses here a statement the coordinator would refuse
+    checkpoint = sign_checkpoint(checkpoint_of(after, issued_ms=statement.issued_ms, lifetime_ms=lifetime_ms), operator)
+    return signed, after, checkpoint
+
+
 class OperatorClient:
     """The operator's side: fetch and verify the log, sign the next statement, submit it with the
     checkpoint of the log it makes, and confirm the coordinator serves both back; or sign and
@@ -280,19 +299,21 @@ class OperatorClient:
         """Sign the next statement and the checkpoint of the log it makes, submit both, and confirm
         the coordinator serves both back. Raises ServiceError if the coordinator refuses, NOT_SERVED
         if it accepted but does not serve them back (a withholding coordinator)."""
-        copy = self.log()
-        check_reaches(copy, self.known_head)
-        statement = copy.next_statement(
-            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
-            endorsement=endorsement,
-        )  # fmt: skip
-        signed = sign_statement(statement, self._operator)
-        after = _after(copy, signed)  # refuses here a statement the coordinator would refuse
-        checkpoint = sign_checkpoint(
-            checkpoint_of(after, issued_ms=statement.issued_ms, lifetime_ms=self.checkpoint_lifetime_ms),
-            self._operator,
-        )
-        self._submit(coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes()), 10)
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            copy = self.log()
+            check_reaches(copy, self.known_head)
+            statement = copy.next_statement(
+                kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
+                endorsement=endorsement,
+            )  # fmt: skip
+            signed, after, checkpoint = _sign_submission(copy, statement, self._operator, self.checkpoint_lifetime_ms)
+            request = coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes())
+            try:
+                self._submit(request, 10)
+                break
+            except ServiceError as exc:
+                if exc.code != "SEQUENCE_CONFLICT" or attempt == SUBMIT_ATTEMPTS:
+                    raise
         self.known_head.record(after.head_sequence, after.head_digest or "")
         back, served = self._served()
         confirm_served(back, served, signed, checkpoint)
@@ -394,23 +415,22 @@ class AsyncOperatorClient:
         endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """See :meth:`OperatorClient.submit`."""
-        copy = await self.log()
-        check_reaches(copy, self.known_head)
-        statement = copy.next_statement(
-            kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
-            endorsement=endorsement,
-        )  # fmt: skip
-        signed = sign_statement(statement, self._operator)
-        after = _after(copy, signed)
-        checkpoint = sign_checkpoint(
-            checkpoint_of(after, issued_ms=statement.issued_ms, lifetime_ms=self.checkpoint_lifetime_ms),
-            self._operator,
-        )
-        request = coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes())
-        try:
-            await self._stub.Submit(request, timeout=10)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            copy = await self.log()
+            check_reaches(copy, self.known_head)
+            statement = copy.next_statement(
+                kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
+                endorsement=endorsement,
+            )  # fmt: skip
+            signed, after, checkpoint = _sign_submission(copy, statement, self._operator, self.checkpoint_lifetime_ms)
+            request = coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes())
+            try:
+                await self._stub.Submit(request, timeout=10)
+                break
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if error.code != "SEQUENCE_CONFLICT" or attempt == SUBMIT_ATTEMPTS:
+                    raise error from None
         self.known_head.record(after.head_sequence, after.head_digest or "")
         back, served = await self._served()
         confirm_served(back, served, signed, checkpoint)

@@ -4,18 +4,22 @@ and the operator's ``checkpoint`` command."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from countersign._proto.v1 import coordinator_pb2
-from countersign.admission import StatementKind, sign_statement
+from countersign.admission import SignedStatement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode
 from countersign.checkpoint import Checkpoint, SignedCheckpoint, checkpoint_of, sign_checkpoint
-from countersign.client.operator import coordinator_log, now_ms
+from countersign.client import AsyncOperatorClient
+from countersign.client.operator import SUBMIT_ATTEMPTS, coordinator_log, now_ms
 from countersign.keys import Ed25519Signer
 from countersign_cli.localmesh import LocalMesh
 from tests.coordinator.test_operator_cli import cli, tls
@@ -159,3 +163,87 @@ def test_the_checkpoint_command(quiet: LocalMesh, tmp_path: Path) -> None:
 
     bad = cli("operator", "checkpoint", "--key", str(key), "--coordinator", address, "--lifetime-ms", "5")
     assert bad.returncode != 0 and "--lifetime-ms" in bad.stderr
+
+
+def _loop_signs_in_between(mesh: LocalMesh, rounds: int) -> tuple[Callable[[Any], None], list[SignedCheckpoint]]:
+    """A hook to run before each of a submit's first ``rounds`` requests reaches the coordinator: the
+    operator's checkpoint loop signs a checkpoint of the log as it stands, a few milliseconds later
+    than the submit's own (the race a fresh-clone CI run lost at enrolment). Returns it and the
+    checkpoints each request carried."""
+    carried: list[SignedCheckpoint] = []
+
+    def before(request: Any) -> None:
+        carried.append(SignedCheckpoint.from_bytes(request.checkpoint))
+        if len(carried) <= rounds:
+            time.sleep(0.003)
+            with mesh.operator_client() as loop:
+                loop.checkpoint()
+
+    return before, carried
+
+
+def _enrol_x(operator: Any) -> Any:
+    key = Ed25519Signer.generate()
+    return operator.submit(
+        StatementKind.ENROL_DEPLOYER, "deployer-x", key.key_id, public_key=b64url_encode(key.public_key), at_ms=0
+    )
+
+
+def _served_digests(mesh: LocalMesh) -> list[str]:
+    served = coordinator_log(mesh.daemons["coordinator"].address, mesh.tls_for("client"))
+    return [SignedStatement.from_bytes(statement).digest() for statement in served]
+
+
+def test_a_submit_that_loses_the_race_to_the_checkpoint_loop_is_signed_again(quiet: LocalMesh) -> None:
+    mesh = quiet
+    before, carried = _loop_signs_in_between(mesh, rounds=1)
+    operator = mesh.operator_client()
+    submit = operator._submit
+    operator._submit = lambda request, timeout_s: (before(request), submit(request, timeout_s))[1]
+    try:
+        signed = _enrol_x(operator)
+    finally:
+        operator.close()
+    # The first request carried a checkpoint older than the loop's and was refused whole; the second,
+    # signed afresh against the log as served, landed.
+    assert len(carried) == 2 and carried[1].checkpoint.issued_ms > carried[0].checkpoint.issued_ms
+    assert _served_digests(mesh) == [signed.digest()]
+    assert served_checkpoint(mesh) == carried[1]
+
+
+def test_a_submit_that_keeps_losing_the_race_gives_up_with_sequence_conflict(quiet: LocalMesh) -> None:
+    mesh = quiet
+    before, carried = _loop_signs_in_between(mesh, rounds=SUBMIT_ATTEMPTS)
+    operator = mesh.operator_client()
+    submit = operator._submit
+    operator._submit = lambda request, timeout_s: (before(request), submit(request, timeout_s))[1]
+    try:
+        error = service_error(lambda: _enrol_x(operator))
+    finally:
+        operator.close()
+    assert error.code == "SEQUENCE_CONFLICT"
+    assert len(carried) == SUBMIT_ATTEMPTS  # bounded: it does not sign forever
+    assert _served_digests(mesh) == []
+
+
+def test_the_async_submit_is_signed_again_too(quiet: LocalMesh) -> None:
+    mesh = quiet
+    before, carried = _loop_signs_in_between(mesh, rounds=1)
+
+    async def scenario() -> Any:
+        async with AsyncOperatorClient(
+            mesh.daemons["coordinator"].address, mesh.tls_for("operator"), mesh.operator
+        ) as operator:
+            real = operator._stub.Submit
+
+            async def submit(request: Any, timeout: float) -> Any:
+                # The hook blocks on purpose: it stands for the loop's thread winning the race.
+                before(request)
+                return await real(request, timeout=timeout)
+
+            operator._stub.Submit = submit
+            return await _enrol_x(operator)
+
+    signed = asyncio.run(scenario())
+    assert len(carried) == 2
+    assert _served_digests(mesh) == [signed.digest()]
