@@ -42,7 +42,7 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
-from countersign.state import ChildEdge, LeafNonce, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState
 from countersign.verify import (
     DEFAULT_POLICY,
     SERIAL,
@@ -444,6 +444,8 @@ def verify_session(
     attribution = session_attribution(session, registry.sequence)
     admission = check.admission
     rejection = state.admit_session(admission.edges, admission.leaves, consume=mode is Mode.ACCEPT, now_ms=now_ms)
+    if isinstance(rejection, EarlierAcceptance):  # a retried session: say so, with the acceptance it repeats
+        return VerificationResult.accept(attribution, retry_of_ms=rejection.accepted_ms)
     if rejection is not None:
         detail = (
             "parent already has max_children children"

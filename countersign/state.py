@@ -93,14 +93,17 @@ class VerifierState(Protocol):
 
     def admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         """:meth:`admit` for a verified session (docs/spec.md 17.5): the agent path's ``edges`` once, and
         every receipt's nonce in ``leaves``, ALL OR NOTHING. With ``consume=True``, if any leaf nonce
         was already consumed (other than under the same non-empty ``request_id``), or repeats an
         earlier leaf of the session, the answer is ``NONCE_REPLAYED`` at the lowest such leaf index and
-        nothing at all is recorded: no nonce and no edge. Audit mode checks the edges only, as
-        :meth:`admit` does. Raises :class:`countersign.errors.StateUnavailable` when the store cannot
-        be reached, and ValueError for no leaf, or (in accept mode) more than :attr:`max_session_leaves`."""
+        nothing at all is recorded: no nonce and no edge. If EVERY leaf nonce was already consumed
+        under the same non-empty ``request_id`` (a retried session: this call consumes nothing), the
+        answer is :class:`EarlierAcceptance` with the latest of their acceptance times (the acceptance
+        that completed the set). Audit mode checks the edges only, as :meth:`admit` does. Raises
+        :class:`countersign.errors.StateUnavailable` when the store cannot be reached, and ValueError
+        for no leaf, or (in accept mode) more than :attr:`max_session_leaves`."""
         ...
 
     @property
@@ -293,7 +296,7 @@ class InMemoryState:
 
     def admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
         with self._lock:
             for edge in edges:
@@ -312,6 +315,9 @@ class InMemoryState:
                 return StateRejection(Reason.NONCE_REPLAYED, repeated)
             for edge in edges:
                 self._children.setdefault(edge.parent_digest, {})[edge.child_nonce] = edge.retain_until_ms
+            earlier = [consumed[2] for leaf in leaves if (consumed := self._nonces.get(leaf.nonce)) is not None]
+            if len(earlier) == len(leaves):
+                return EarlierAcceptance(max(earlier))
             for leaf in leaves:  # a receipt retried under the same request id keeps its first time
                 self._nonces.setdefault(leaf.nonce, (leaf.retain_until_ms, leaf.request_id, now_ms))
             return None

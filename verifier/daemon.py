@@ -260,6 +260,8 @@ def session_response_message(
         response.session.CopyFrom(
             verifier_pb2.SessionFacts(session=summary.session, receipts=summary.receipts, closed=summary.closed)
         )
+    if result.retry_of_ms is not None:
+        response.retry_of.accepted_ms = result.retry_of_ms
     return response
 
 

@@ -65,3 +65,10 @@ class SessionVerifierVerdict:
     def reason(self) -> Reason | None:
         """Why the session was rejected; None on accept."""
         return self.result.reason
+
+    @property
+    def retry_of_ms(self) -> int | None:
+        """On an ACCEPT that answers a retry (same ``request_id``, same client identity) of a session
+        whose every receipt was accepted before: the latest of those acceptances' times. None when
+        this answer consumed any receipt, and on every reject. A retry consumed nothing."""
+        return self.result.retry_of_ms

@@ -67,19 +67,24 @@ def _attribution(message: common_pb2.Attribution, registry_sequence: int) -> Att
     return Attribution(emitter, edges, registry_sequence)
 
 
-def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
+def _result(response: verifier_pb2.VerifyPathResponse | verifier_pb2.VerifySessionResponse) -> VerificationResult:
+    """The verdict of a path or session answer, with its attribution and, on a retry, the acceptance
+    it repeats."""
     verdict = response.verdict
     attribution = (
         _attribution(response.attribution, response.registry_sequence) if response.HasField("attribution") else None
     )
     if verdict.verdict == verdict.ACCEPT:
         retry_of = response.retry_of.accepted_ms if response.HasField("retry_of") else None
-        return VerifierVerdict(VerificationResult.accept(attribution, retry_of_ms=retry_of), response.registry_sequence)
-    result = VerificationResult(
+        return VerificationResult.accept(attribution, retry_of_ms=retry_of)
+    return VerificationResult(
         Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail,
         attribution,
     )  # fmt: skip
-    return VerifierVerdict(result, response.registry_sequence)
+
+
+def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
+    return VerifierVerdict(_result(response), response.registry_sequence)
 
 
 def _session_request(
@@ -104,19 +109,9 @@ def _session_request(
 
 
 def _session_verdict(response: verifier_pb2.VerifySessionResponse) -> SessionVerifierVerdict:
-    verdict = response.verdict
-    attribution = (
-        _attribution(response.attribution, response.registry_sequence) if response.HasField("attribution") else None
-    )
     facts = response.session
     summary = SessionSummary(facts.session, facts.receipts, facts.closed) if response.HasField("session") else None
-    if verdict.verdict == verdict.ACCEPT:
-        return SessionVerifierVerdict(VerificationResult.accept(attribution), response.registry_sequence, summary)
-    result = VerificationResult(
-        Verdict.REJECT, Reason(verdict.reason), None if verdict.index < 0 else verdict.index, verdict.detail,
-        attribution,
-    )  # fmt: skip
-    return SessionVerifierVerdict(result, response.registry_sequence, summary)
+    return SessionVerifierVerdict(_result(response), response.registry_sequence, summary)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -123,10 +124,16 @@ def test_audit_consumes_nothing_and_a_retry_under_its_key_is_accepted_again(
     signed = sign_session(mesh, 2)
     for _ in range(2):
         assert verifier.verify_session(signed.evidence(), signed.outputs, audit=True)
-    assert verifier.verify_session(signed.evidence(), signed.outputs, request_id="session-retry-1")
-    assert verifier.verify_session(signed.evidence(), signed.outputs, request_id="session-retry-1")
+    before = time.time_ns() // 1_000_000
+    first = verifier.verify_session(signed.evidence(), signed.outputs, request_id="session-retry-1")
+    assert first and first.retry_of_ms is None
+    # The retry is accepted again and says so, with the time of the acceptance it repeats.
+    again = verifier.verify_session(signed.evidence(), signed.outputs, request_id="session-retry-1")
+    assert again and again.retry_of_ms is not None
+    assert before <= again.retry_of_ms <= time.time_ns() // 1_000_000
+    assert again.session == first.session and again.result.attribution == first.result.attribution
     other = verifier.verify_session(signed.evidence(), signed.outputs, request_id="session-retry-2")
-    assert other.reason is Reason.NONCE_REPLAYED
+    assert other.reason is Reason.NONCE_REPLAYED and other.retry_of_ms is None
 
 
 def test_the_verdict_is_logged_with_every_record_it_relied_on(mesh: LocalMesh, verifier: VerifierClient) -> None:

@@ -122,7 +122,7 @@ def test_postgres_version_1_upgrades_and_keeps_consumed_nonces(pg_schemas: Postg
         )
     state = pg_store.PostgresState(pg_schemas.url(schema))
     try:
-        assert state.schema_version() == pg_store.SCHEMA_VERSION == 5
+        assert state.schema_version() == pg_store.SCHEMA_VERSION == 6
         replay = state.admit([], LeafNonce("d:old", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW)
         assert replay == StateRejection(Reason.NONCE_REPLAYED, 0)
         assert state.admit([], LeafNonce("d:new", NOW + 60_000, 0, "client|r"), consume=True, now_ms=NOW) is None

@@ -95,7 +95,7 @@ def test_postgres_version_2_gains_the_verdict_log_and_keeps_its_state(pg_schemas
         )
     state = pg_store.PostgresState(pg_schemas.url(schema))
     try:
-        assert state.schema_version() == pg_store.SCHEMA_VERSION == 5
+        assert state.schema_version() == pg_store.SCHEMA_VERSION == 6
         assert state.admit([], LeafNonce("d:old", NOW + 60_000, 0), consume=True, now_ms=NOW) == StateRejection(
             Reason.NONCE_REPLAYED, 0
         )

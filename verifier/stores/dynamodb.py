@@ -472,7 +472,7 @@ class DynamoDbState:
 
     def admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         """Every receipt's nonce in ONE TransactWriteItems (so at most :attr:`max_session_leaves`, the
         transaction's item limit: ADR 0022), after one consistent read that finds any nonce already
         consumed (then nothing is written). A nonce consumed between the read and the write cancels
@@ -495,7 +495,7 @@ class DynamoDbState:
 
     def _admit_session_round(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         keys: list[dict[str, dict[str, str]]] = []
         for edge in edges:
             keys.append(_child_key(edge.parent_digest, edge.child_nonce))
@@ -524,19 +524,23 @@ class DynamoDbState:
         edge_writes = self._edge_writes(edges, known)
         # A nonce already consumed under this request id (a retried session) is not written again:
         # its item keeps its first acceptance time, and an unconditional rewrite would cancel.
-        fresh = [leaf for leaf, consumed in zip(leaves, items[2 * len(edges) :], strict=True) if consumed is None]
+        nonces = items[2 * len(edges) :]
+        fresh = [leaf for leaf, consumed in zip(leaves, nonces, strict=True) if consumed is None]
         nonce_puts = [{"Put": self._nonce_put(leaf, now_ms)} for leaf in fresh]
-        if not edge_writes and not nonce_puts:
-            return None
         if len(edge_writes) + len(nonce_puts) <= TRANSACT_LIMIT:
-            self._write(edge_writes + nonce_puts)
+            if edge_writes or nonce_puts:
+                self._write(edge_writes + nonce_puts)
         else:
             # The children first (each write conditional, as admit records a long path's), then every
             # nonce in one transaction: the nonces stay all or nothing.
             self._write(edge_writes)
             if nonce_puts:
                 self._write(nonce_puts)
-        return None
+        if fresh:
+            return None
+        # Every receipt was consumed before under this request id (checked above): a retried session.
+        retried = [_earlier(consumed, leaf) for leaf, consumed in zip(leaves, nonces, strict=True)]
+        return EarlierAcceptance(max(earlier.accepted_ms for earlier in retried if earlier is not None))
 
     def _write(self, writes: list[dict[str, Any]]) -> None:
         """One TransactWriteItems; a path with more than ~50 NEW children needs several, committed in

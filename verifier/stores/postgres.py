@@ -63,7 +63,7 @@ from verifier.stores.verdict_rows import (
     verdict_row,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 _OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
@@ -402,6 +402,93 @@ END
 $fn$
 """,
     ),
+    # A retried session says so (docs/spec.md 17.5): when every receipt's nonce was consumed before
+    # under the request id, ``accepted`` is the latest of their acceptance times (else NULL).
+    6: (
+        "DROP FUNCTION {schema}.countersign_admit_session("
+        "text[], text[], integer[], bigint[], text[], bigint[], boolean, text, bigint)",
+        """
+CREATE FUNCTION {schema}.countersign_admit_session(
+    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
+    p_nonces text[], p_nonce_retain bigint[], p_consume boolean, p_request_id text, p_now bigint,
+    OUT code integer, OUT accepted bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n integer := coalesce(array_length(p_parents, 1), 0);
+    held integer;
+    k integer;
+    previous text := NULL;
+    replayed integer := NULL;
+    retried integer := 0;
+    earlier bigint;
+BEGIN
+    IF p_consume AND n > 0 THEN
+        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
+            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
+            GROUP BY e.parent ORDER BY e.parent
+        ON CONFLICT (parent) DO UPDATE
+            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
+    END IF;
+    FOR i IN 1 .. n LOOP
+        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
+        IF NOT FOUND THEN
+            held := NULL;
+            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
+            IF coalesce(held, 0) >= p_max[i] THEN
+                code := i - 1;
+                RETURN;
+            END IF;
+        END IF;
+    END LOOP;
+    IF NOT p_consume THEN
+        code := -1;
+        RETURN;
+    END IF;
+    BEGIN
+        FOR i IN 1 .. n LOOP
+            INSERT INTO {schema}.children (parent, child, retain_until_ms)
+                VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
+            END IF;
+        END LOOP;
+        FOR k IN SELECT u.i::integer FROM unnest(p_nonces) WITH ORDINALITY AS u(nonce, i) ORDER BY u.nonce, u.i
+        LOOP
+            IF p_nonces[k] = previous THEN
+                -- the session repeats a nonce: it cannot consume it twice
+                replayed := least(coalesce(replayed, k), k);
+                CONTINUE;
+            END IF;
+            previous := p_nonces[k];
+            INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms)
+                VALUES (p_nonces[k], p_nonce_retain[k], p_request_id, p_now) ON CONFLICT DO NOTHING;
+            IF NOT FOUND THEN
+                SELECT c.accepted_ms INTO earlier FROM {schema}.consumed_nonces AS c
+                    WHERE c.nonce = p_nonces[k] AND p_request_id <> '' AND c.request_id = p_request_id;
+                IF NOT FOUND THEN
+                    replayed := least(coalesce(replayed, k), k);
+                ELSE
+                    retried := retried + 1;
+                    accepted := greatest(accepted, earlier);
+                END IF;
+            END IF;
+        END LOOP;
+        IF replayed IS NOT NULL THEN
+            RAISE EXCEPTION 'session nonce replayed' USING ERRCODE = 'CS001';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'CS001' THEN
+        code := -1 - replayed;
+        accepted := NULL;
+        RETURN;
+    END;
+    code := -1;
+    IF retried < array_length(p_nonces, 1) THEN
+        accepted := NULL;  -- this call consumed something: not a retry
+    END IF;
+END
+$fn$
+""",
+    ),
 }
 
 
@@ -502,7 +589,7 @@ class PostgresState:
             "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s, %s::bigint, %s, %s::text, %s::bigint)"
         ).format(ident)
         self._admit_session_sql = sql.SQL(
-            "SELECT {}.countersign_admit_session("
+            "SELECT code, accepted FROM {}.countersign_admit_session("
             "%s::text[], %s::text[], %s::integer[], %s::bigint[], %s::text[], %s::bigint[], %s, %s::text, %s::bigint)"
         ).format(ident)
         self._collect_sql = sql.SQL("SELECT {}.countersign_collect(%s::bigint, %s::integer)").format(ident)
@@ -688,10 +775,11 @@ class PostgresState:
 
     def admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         """One statement, ``SELECT countersign_admit_session(...)``: one transaction for the edges and
-        every nonce (migration 5). The same session admitted by two replicas at once: one inserts
-        the nonces, the other waits on the first nonce row, finds it consumed and undoes its writes."""
+        every nonce (migration 5; since migration 6 it also answers a retried session's acceptance
+        time). The same session admitted by two replicas at once: one inserts the nonces, the other
+        waits on the first nonce row, finds it consumed and undoes its writes."""
         check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
         request_ids = {leaf.request_id for leaf in leaves}
         if len(request_ids) != 1:
@@ -712,7 +800,7 @@ class PostgresState:
             raise StateUnavailable("PostgreSQL state (admit session): countersign_admit_session returned no result")
         code = int(row[0])
         if code == _ACCEPTED:
-            return None
+            return None if row[1] is None else EarlierAcceptance(int(row[1]))
         if 0 <= code < len(edges):
             return StateRejection(Reason.FANOUT_EXCEEDED, edges[code].index)
         if -1 - len(leaves) <= code <= -2:  # -1 - (1-based position of the first replayed receipt)

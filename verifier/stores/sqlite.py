@@ -171,7 +171,7 @@ class SqliteState:
 
     def admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         """One ``BEGIN IMMEDIATE`` transaction: the edges, then every nonce; a nonce already consumed
         rolls the whole transaction back, so the session consumes nothing."""
         check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
@@ -189,7 +189,7 @@ class SqliteState:
 
     def _admit_session(
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], consume: bool, now_ms: int
-    ) -> StateRejection | None:
+    ) -> StateRejection | EarlierAcceptance | None:
         db = self._db
         db.execute("BEGIN IMMEDIATE" if consume else "BEGIN")
         new_children: list[ChildEdge] = []
@@ -208,19 +208,25 @@ class SqliteState:
             db.execute("ROLLBACK")
             return None
         replayed = first_repeated_leaf(leaves)
+        earlier: list[int] = []  # the acceptance times of leaves consumed before under this request id
         for start in range(0, len(leaves), _SQLITE_MAX_VARIABLES):
             batch = leaves[start : start + _SQLITE_MAX_VARIABLES]
             placeholders = ",".join("?" * len(batch))
-            consumed = dict(
-                db.execute(
-                    f"SELECT nonce, request_id FROM consumed_nonces WHERE nonce IN ({placeholders})",  # noqa: S608
+            consumed = {
+                nonce: (request_id, accepted_ms)
+                for nonce, request_id, accepted_ms in db.execute(
+                    f"SELECT nonce, request_id, accepted_ms FROM consumed_nonces WHERE nonce IN ({placeholders})",  # noqa: S608
                     [leaf.nonce for leaf in batch],
                 ).fetchall()
-            )
+            }
             for leaf in batch:
-                if leaf.nonce in consumed and not (leaf.request_id and consumed[leaf.nonce] == leaf.request_id):
+                if leaf.nonce not in consumed:
+                    continue
+                request_id, accepted_ms = consumed[leaf.nonce]
+                if not (leaf.request_id and request_id == leaf.request_id):
                     replayed = leaf.index if replayed is None else min(replayed, leaf.index)
                     break
+                earlier.append(accepted_ms)
         if replayed is not None:
             db.execute("ROLLBACK")
             return StateRejection(Reason.NONCE_REPLAYED, replayed)
@@ -234,7 +240,7 @@ class SqliteState:
             [(leaf.nonce, leaf.retain_until_ms, leaf.request_id, now_ms) for leaf in leaves],
         )
         db.execute("COMMIT")
-        return None
+        return EarlierAcceptance(max(earlier)) if len(earlier) == len(leaves) else None
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         with self._lock:

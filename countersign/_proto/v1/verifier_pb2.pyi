@@ -269,6 +269,7 @@ class VerifySessionResponse(_message.Message):
     REGISTRY_SEQUENCE_FIELD_NUMBER: _builtins.int
     ATTRIBUTION_FIELD_NUMBER: _builtins.int
     SESSION_FIELD_NUMBER: _builtins.int
+    RETRY_OF_FIELD_NUMBER: _builtins.int
     registry_sequence: _builtins.int
     @_builtins.property
     def verdict(self) -> _common_pb2.Verdict:
@@ -280,6 +281,13 @@ class VerifySessionResponse(_message.Message):
 
     @_builtins.property
     def session(self) -> Global___SessionFacts: ...
+    @_builtins.property
+    def retry_of(self) -> Global___EarlierAcceptance:
+        """Set on an ACCEPT that answers a retry (the same request_id from the same client identity) of a
+        session whose every receipt was accepted before: this answer consumed nothing, and accepted_ms is
+        the latest of those acceptances. Absent when the call consumed any receipt, and on rejects.
+        """
+
     def __init__(
         self,
         *,
@@ -287,10 +295,11 @@ class VerifySessionResponse(_message.Message):
         registry_sequence: _builtins.int = ...,
         attribution: _common_pb2.Attribution | None = ...,
         session: Global___SessionFacts | None = ...,
+        retry_of: Global___EarlierAcceptance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "session", b"session", "verdict", b"verdict"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "retry_of", b"retry_of", "session", b"session", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "registry_sequence", b"registry_sequence", "session", b"session", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attribution", b"attribution", "registry_sequence", b"registry_sequence", "retry_of", b"retry_of", "session", b"session", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
