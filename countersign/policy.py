@@ -72,16 +72,20 @@ class ConsumerPolicy(abc.ABC):
     clause: ClassVar[str]
 
     @abc.abstractmethod
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         """The reason this policy refuses the verified ``path`` (whose ``attribution`` it is) at
-        ``now_ms``, or ``None`` when it allows it. Pure: never raises for any verified path."""
+        ``now_ms``, or ``None`` when it allows it. ``session_closed``: the path's leaf is one receipt
+        of a verified session that ends with its close receipt (docs/spec.md 16.3); a single path
+        proves no such thing. Pure: never raises for any verified path."""
 
     @abc.abstractmethod
     def to_json(self) -> dict[str, JsonValue]:
         """The clause as its JSON object (lists sorted, so equal policies serialise equally)."""
 
-    def allows(self, path: Path, attribution: Attribution, now_ms: int) -> bool:
-        return self.violation(path, attribution, now_ms) is None
+    def allows(self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False) -> bool:
+        return self.violation(path, attribution, now_ms, session_closed=session_closed) is None
 
     def document(self) -> dict[str, JsonValue]:
         """The policy as a whole policy document (what :func:`parse_policy` reads)."""
@@ -112,7 +116,9 @@ class AllowedDeployers(ConsumerPolicy):
     deployers: frozenset[str]
     clause: ClassVar[str] = "allowed_deployers"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         unsigned = _unsigned(self.clause, path)
         if unsigned is not None:
             return unsigned
@@ -134,7 +140,9 @@ class AllowedKeys(ConsumerPolicy):
     key_ids: frozenset[str]
     clause: ClassVar[str] = "allowed_keys"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         unsigned = _unsigned(self.clause, path)
         if unsigned is not None:
             return unsigned
@@ -162,7 +170,9 @@ class MaxDepth(ConsumerPolicy):
     max_depth: int
     clause: ClassVar[str] = "max_depth"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         depth = attribution.emitter.index
         if depth > self.max_depth:
             return PolicyViolation(self.clause, depth, f"the emitter is at depth {depth}, beyond {self.max_depth}")
@@ -180,7 +190,9 @@ class CrossDeployerConstruction(ConsumerPolicy):
     constructions: frozenset[Construction]
     clause: ClassVar[str] = "cross_deployer_construction"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         for edge in attribution.edges:
             if edge.cross_deployer and edge.construction not in self.constructions:
                 return PolicyViolation(
@@ -203,7 +215,9 @@ class MaxEvidenceAge(ConsumerPolicy):
     max_age_ms: int
     clause: ClassVar[str] = "max_evidence_age_ms"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         age = now_ms - attribution.emitter.created_ms
         if age > self.max_age_ms:
             return PolicyViolation(
@@ -219,18 +233,23 @@ class MaxEvidenceAge(ConsumerPolicy):
 class RequireClosedSession(ConsumerPolicy):
     """The emitter's session is proven closed (no output can follow the one presented).
 
-    Version 1 records carry no proof that a session ended (sessions are future work), so this
-    clause refuses every path: it fails closed until such a proof exists, rather than pass unproven.
-    """
+    Only a verified session that ends with its close receipt proves that (docs/spec.md 17.2), so the
+    clause allows a receipt of such a session and refuses every single path: one receipt, even a
+    close receipt shown alone, proves nothing of the receipts around it. It fails closed rather than
+    pass unproven."""
 
     clause: ClassVar[str] = "require_closed_session"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
+        if session_closed:
+            return None
         emitter = attribution.emitter
         return PolicyViolation(
             self.clause,
             emitter.index,
-            f"session {emitter.session} is not proven closed (no session close can be verified yet: fails closed)",
+            f"session {emitter.session} is not proven closed (only a closed session verified whole proves it)",
         )
 
     def to_json(self) -> dict[str, JsonValue]:
@@ -244,7 +263,9 @@ class AllowedBindingScopes(ConsumerPolicy):
     scopes: frozenset[BindingScope]
     clause: ClassVar[str] = "allowed_binding_scopes"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         emitter = attribution.emitter
         if emitter.binding_scope not in self.scopes:
             return PolicyViolation(
@@ -269,10 +290,16 @@ class AllOf(ConsumerPolicy):
     policies: tuple[ConsumerPolicy, ...]
     clause: ClassVar[str] = "all_of"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         if not self.policies:
             return PolicyViolation(self.clause, None, "an empty all_of allows nothing (fails closed)")
-        found = [v for p in self.policies if (v := p.violation(path, attribution, now_ms)) is not None]
+        found = [
+            v
+            for p in self.policies
+            if (v := p.violation(path, attribution, now_ms, session_closed=session_closed)) is not None
+        ]
         return min(found, key=PolicyViolation.order) if found else None
 
     def to_json(self) -> dict[str, JsonValue]:
@@ -290,12 +317,14 @@ class AnyOf(ConsumerPolicy):
     policies: tuple[ConsumerPolicy, ...]
     clause: ClassVar[str] = "any_of"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         if not self.policies:
             return PolicyViolation(self.clause, None, "an empty any_of allows nothing (fails closed)")
         found = []
         for policy in self.policies:
-            refused = policy.violation(path, attribution, now_ms)
+            refused = policy.violation(path, attribution, now_ms, session_closed=session_closed)
             if refused is None:
                 return None
             found.append(refused)
@@ -315,7 +344,9 @@ class UnsafeAllowAll(ConsumerPolicy):
 
     clause: ClassVar[str] = "unsafe_allow_all"
 
-    def violation(self, path: Path, attribution: Attribution, now_ms: int) -> PolicyViolation | None:
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
         return None
 
     def to_json(self) -> dict[str, JsonValue]:

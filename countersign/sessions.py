@@ -22,6 +22,7 @@ from typing import Any, Final
 from countersign.canonical import JsonValue, b64url_decode_validated
 from countersign.constructions import parent_link, record_signing_input
 from countersign.errors import MalformedError
+from countersign.policy import ConsumerPolicy
 from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import (
     ENVELOPE_KEYS,
@@ -285,12 +286,14 @@ def check_session(
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
     request_id: str = "",
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionCheck:
     """Verify ``session`` in the order of docs/spec.md 17.3; consume nothing.
 
     ``outputs[i]`` (when given) are the bytes presented for receipt *i* (None: not presented, not
     checked); the list, when given, has one entry per receipt. ``require_closed``: the session must end
-    with its close receipt. The result's index is the receipt's position in ``session.receipts``.
+    with its close receipt. ``consumer_policy`` (spec 16.3) is then applied to each receipt's path in
+    order. The result's index is the receipt's position in ``session.receipts``.
     """
     receipts = session.receipts
     if outputs is not None and len(outputs) != len(receipts):
@@ -365,7 +368,29 @@ def check_session(
     assert last is not None
     if require_closed and last.close is None:
         return _reject(Reason.SESSION_TRUNCATED, None, f"the session ends after {len(receipts)} receipts, unclosed")
+    if consumer_policy is not None:
+        refused = _policy_violation(session, consumer_policy, registry.sequence, now_ms)
+        if refused is not None:
+            return SessionCheck(refused)
     return SessionCheck(VerificationResult.accept(), SessionAdmission(tuple(edges), tuple(leaves)))
+
+
+def _policy_violation(
+    session: SessionEvidence, consumer_policy: ConsumerPolicy, registry_sequence: int, now_ms: int
+) -> VerificationResult | None:
+    """Step C for a verified session (spec 16.3): each receipt's path in order, told whether the
+    session ends with its close receipt; the first refusal, at that receipt's position, with the
+    session's attribution. None when every receipt is allowed."""
+    closed = session.receipts[-1].record.output is not None and session.receipts[-1].record.output.close is not None
+    for index, receipt in enumerate(session.receipts):
+        path = Path((*session.agent.envelopes, receipt))
+        violation = consumer_policy.violation(path, attribute(path, registry_sequence), now_ms, session_closed=closed)
+        if violation is not None:
+            detail = f"path envelope {'null' if violation.index is None else violation.index}: {violation.describe()}"
+            return VerificationResult.reject(
+                Reason.CONSUMER_POLICY_VIOLATION, index, detail, session_attribution(session, registry_sequence)
+            )
+    return None
 
 
 def check_session_bytes(
@@ -377,6 +402,7 @@ def check_session_bytes(
     require_closed: bool = False,
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionCheck:
     """Parse, then :func:`check_session`. Malformed input is a ``MALFORMED`` (or version) reject."""
     try:
@@ -387,7 +413,7 @@ def check_session_bytes(
         return _reject(Reason.MALFORMED, None, f"{len(outputs)} outputs for {len(session.receipts)} receipts")
     return check_session(
         session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
-        signatures=signatures,
+        signatures=signatures, consumer_policy=consumer_policy,
     )  # fmt: skip
 
 
@@ -428,8 +454,10 @@ def verify_session(
     policy: VerifierPolicy = DEFAULT_POLICY,
     signatures: SignatureBatch = SERIAL,
     request_id: str = "",
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> VerificationResult:
-    """:func:`check_session`, then the durable state step: in accept mode every receipt's nonce and the
+    """:func:`check_session` (with ``consumer_policy``, step C: a session it refuses touches no state),
+    then the durable state step: in accept mode every receipt's nonce and the
     agent path's edges are admitted all or nothing (:meth:`VerifierState.admit_session`); audit mode
     checks the edges and consumes nothing. The verdict carries the attribution of the session's last
     receipt once the check held (also on a state reject, as ``verify_path`` does). Raises
@@ -437,7 +465,7 @@ def verify_session(
     more receipts than the state admits at once (callers bound the request first)."""
     check = check_session(
         session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
-        signatures=signatures, request_id=request_id,
+        signatures=signatures, request_id=request_id, consumer_policy=consumer_policy,
     )  # fmt: skip
     if check.admission is None:
         return check.result

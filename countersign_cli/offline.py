@@ -119,6 +119,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
+    verify_session.add_argument(
+        "--policy",
+        help="consumer policy file (docs/spec.md section 16) applied to each receipt's path; offline only",
+    )
     verify_session.set_defaults(handler=cmd_verify_session)
 
     inspect = commands.add_parser("inspect", help="print a readable tree of a path (checks nothing unless --verify)")
@@ -300,9 +304,12 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
     if args.verifier and (args.registry or args.now_ms is not None):
         raise UsageError("--registry and --now-ms verify offline, not with --verifier")
+    if args.verifier and args.policy:
+        raise UsageError("--policy FILE applies to offline verification, not with --verifier")
     if not args.verifier and not args.registry:
         raise UsageError("verify-session needs --registry (offline) or --verifier HOST:PORT")
     registry = None if args.verifier else load_registry(args.registry)
+    consumer_policy = None if args.policy is None else load_policy(args.policy)
     agent_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     receipts, names = _receipt_files(args.receipts)
     outputs: list[bytes | None] = [None] * len(receipts)
@@ -324,6 +331,7 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         result = check_session(
             session, outputs, registry=registry, now_ms=args.now_ms if args.now_ms is not None else now_ms(),
             require_closed=args.closed, policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms),
+            consumer_policy=consumer_policy,
         ).result  # fmt: skip
         if result and session.receipts:
             # The same verdict shape as verify: the emitter is the session's last receipt, as proven.

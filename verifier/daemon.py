@@ -437,6 +437,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         if mode is None:
             raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
         request_id = self._request_id(request.request_id, context)
+        consumer_policy = self._consumer_policy(request.policy)
         if sum(len(o.data) for o in request.outputs) > MAX_OUTPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"outputs exceed {MAX_OUTPUT_BYTES >> 20} MiB in all: send their SHA-256 instead",
@@ -484,7 +485,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                         result = core_verify_session(
                             session, outputs, registry=registry, state=self._state, mode=mode, now_ms=now_ms(),
                             require_closed=request.require_closed, policy=self._policy,
-                            signatures=self._signatures, request_id=request_id,
+                            signatures=self._signatures, request_id=request_id, consumer_policy=consumer_policy,
                         )  # fmt: skip
                     except StateUnavailable:
                         self._metrics.errors.labels("STATE_UNAVAILABLE").inc()

@@ -93,6 +93,7 @@ def _session_request(
     audit: bool,
     require_closed: bool,
     request_id: str,
+    policy: str,
 ) -> verifier_pb2.VerifySessionRequest:
     mode = verifier_pb2.VerifyPathRequest.AUDIT if audit else verifier_pb2.VerifyPathRequest.ACCEPT
     data = session.to_bytes() if isinstance(session, SessionEvidence) else session
@@ -104,7 +105,7 @@ def _session_request(
         for o in outputs or ()
     ]
     return verifier_pb2.VerifySessionRequest(
-        session=data, outputs=presented, mode=mode, require_closed=require_closed, request_id=request_id
+        session=data, outputs=presented, mode=mode, require_closed=require_closed, request_id=request_id, policy=policy
     )
 
 
@@ -166,6 +167,7 @@ class VerifierClient:
         require_closed: bool = False,
         timeout_s: float = 30.0,
         request_id: str = "",
+        policy: str = "",
     ) -> SessionVerifierVerdict:
         """The verifier's verdict on one agent's session (``VerifySession``, docs/spec.md 17.5):
         ``session`` (SessionEvidence, or its JSON bytes), and optionally ``outputs[i]``, the exact
@@ -173,8 +175,10 @@ class VerifierClient:
         receipt). Accept mode consumes every receipt's nonce, all or nothing; ``audit=True`` consumes
         nothing. ``require_closed``: the session must end with its close receipt. A rejected session
         is a verdict; raises ServiceError when the verifier refuses the request (for instance more
-        receipts than it takes in one request: INVALID_ARGUMENT) or cannot be reached."""
-        request = _session_request(session, outputs, audit, require_closed, request_id)
+        receipts than it takes in one request: INVALID_ARGUMENT) or cannot be reached. ``policy``: the
+        name of a consumer policy configured on the verifier, applied to each receipt's path (spec
+        16.3; empty: none; an unknown name is INVALID_ARGUMENT)."""
+        request = _session_request(session, outputs, audit, require_closed, request_id, policy)
         return _session_verdict(self._verify_session(request, timeout_s))
 
     def close(self) -> None:
@@ -231,9 +235,10 @@ class AsyncVerifierClient:
         require_closed: bool = False,
         timeout_s: float = 30.0,
         request_id: str = "",
+        policy: str = "",
     ) -> SessionVerifierVerdict:
         """See :meth:`VerifierClient.verify_session`."""
-        request = _session_request(session, outputs, audit, require_closed, request_id)
+        request = _session_request(session, outputs, audit, require_closed, request_id, policy)
         try:
             response = await self._stub.VerifySession(request, timeout=timeout_s)
         except grpc.RpcError as exc:

@@ -4,11 +4,16 @@ rejected session consumes nothing; audit consumes nothing; the verdict names the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from countersign.reasons import Reason
+from countersign.canonical import JsonValue
+from countersign.policy import ConsumerPolicy, PolicyViolation, parse_policy
+from countersign.reasons import Attribution, Reason
 from countersign.records import Construction, Path
 from countersign.samples import SampleMesh
 from countersign.sessions import SessionEvidence, SessionSummary, verify_session
@@ -66,3 +71,48 @@ def test_audit_consumes_nothing_and_the_summary_reads_the_session() -> None:
     result = verify_session(swapped, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW)
     assert (result.reason, result.index, result.attribution) == (Reason.SESSION_REORDERED, 0, None)
     assert state.entry_count() == 0
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseReceipt(ConsumerPolicy):
+    """A test clause that refuses the path whose leaf is the receipt at session position ``seq``."""
+
+    seq: int
+    clause: ClassVar[str] = "refuse_receipt"
+
+    def violation(
+        self, path: Path, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+    ) -> PolicyViolation | None:
+        if attribution.emitter.seq == self.seq:
+            return PolicyViolation(self.clause, attribution.emitter.index, f"receipt {self.seq}")
+        return None
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {self.clause: self.seq}
+
+
+@pytest.mark.parametrize("seq", range(len(RECEIPTS)))
+def test_a_consumer_policy_refuses_the_session_at_its_first_refused_receipt_and_consumes_nothing(seq: int) -> None:
+    state = InMemoryState()
+    result = verify_session(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW,
+                            consumer_policy=RefuseReceipt(seq))  # fmt: skip
+    assert (result.reason, result.index) == (Reason.CONSUMER_POLICY_VIOLATION, seq)
+    assert result.detail == f"path envelope {len(AGENT)}: refuse_receipt: receipt {seq}"
+    assert result.attribution is not None and result.attribution.emitter.seq == len(RECEIPTS) - 1
+    assert state.entry_count() == 0  # step C runs before the state: the same session can be accepted after
+    assert verify_session(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW)
+
+
+def test_require_closed_session_allows_a_closed_session_and_refuses_an_open_one_or_a_single_path() -> None:
+    closed_only = parse_policy('{"v": 1, "policy": {"require_closed_session": true}}')
+    assert verify_session(SESSION, PRESENTED, registry=MESH.registry, state=InMemoryState(), mode=Mode.AUDIT,
+                          now_ms=NOW, consumer_policy=closed_only)  # fmt: skip
+    opened = SessionEvidence(AGENT, RECEIPTS[:-1])
+    refused = verify_session(opened, PRESENTED[:-1], registry=MESH.registry, state=InMemoryState(), mode=Mode.AUDIT,
+                             now_ms=NOW, consumer_policy=closed_only)  # fmt: skip
+    assert (refused.reason, refused.index) == (Reason.CONSUMER_POLICY_VIOLATION, 0)
+    # The close receipt shown alone is one path: it proves nothing of the receipts around it.
+    close = Path((*AGENT.envelopes, RECEIPTS[-1]))
+    alone = verify_path(close, b"", registry=MESH.registry, state=InMemoryState(), mode=Mode.AUDIT, now_ms=NOW,
+                        consumer_policy=closed_only)  # fmt: skip
+    assert (alone.reason, alone.index) == (Reason.CONSUMER_POLICY_VIOLATION, len(AGENT))  # its output is b""

@@ -78,3 +78,26 @@ def test_other_bytes_and_a_broken_receipt_file_are_verdicts(sample: Path, capsys
     (sample / "receipts" / "000001.json").write_text("{not json")
     code, verdict = verify(capsys, sample, sample / "receipts")
     assert (code, verdict["reason"], verdict["index"]) == (1, "MALFORMED", 1)
+
+
+def test_a_consumer_policy_file_gates_the_session(
+    sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    closed_only = tmp_path / "closed-only.json"
+    closed_only.write_text(json.dumps({"v": 1, "policy": {"require_closed_session": True}}))
+    nobody = tmp_path / "nobody.json"
+    nobody.write_text(json.dumps({"v": 1, "policy": {"allowed_deployers": ["deployer-nobody"]}}))
+    code, verdict = verify(capsys, sample, sample / "receipts", "--policy", str(closed_only))
+    assert (code, verdict["verdict"]) == (0, "ACCEPT")
+    code, verdict = verify(capsys, sample, sample / "receipts", "--policy", str(nobody))
+    assert (code, verdict["verdict"], verdict["reason"], verdict["index"]) == (
+        1,
+        "REJECT",
+        "CONSUMER_POLICY_VIOLATION",
+        0,
+    )
+    assert "allowed_deployers" in str(verdict["detail"])
+    # With --verifier the verifier's own named policies apply: a file is a usage error (exit 2).
+    code = main(["verify-session", "--path", str(sample / "agent.json"), "--receipts", str(sample / "receipts"),
+                 "--verifier", "127.0.0.1:1", "--policy", str(closed_only)])  # fmt: skip
+    assert code == 2 and "--policy FILE applies to offline verification" in capsys.readouterr().err

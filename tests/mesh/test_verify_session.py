@@ -16,7 +16,7 @@ from pathlib import Path as FilePath
 import pytest
 
 from countersign._proto.v1 import verifier_pb2
-from countersign.client import VerifierClient
+from countersign.client import ServiceError, VerifierClient
 from countersign.keys import PublicKey
 from countersign.reasons import Reason
 from countersign.records import Path
@@ -295,3 +295,25 @@ def test_outputs_as_bytes_or_as_their_sha256_get_the_same_verdict(mesh: LocalMes
     with mesh.verifier_client() as client:
         assert client.verify_session(signed.evidence(), outputs, audit=True)
     assert "Traceback" not in mesh.log_tail("verifier-0", 200)
+
+
+def test_a_named_consumer_policy_gates_a_session_before_anything_is_consumed(
+    make_mesh: Callable[..., LocalMesh],
+) -> None:
+    policies = {
+        "closed-only": json.dumps({"v": 1, "policy": {"require_closed_session": True}}),
+        "b-only": json.dumps({"v": 1, "policy": {"allowed_deployers": ["deployer-b"]}}),
+    }
+    mesh = make_mesh(verifier_options={"policies": policies})
+    opened, closed = sign_session(mesh, 2, closed=False), sign_session(mesh, 2)
+    with mesh.verifier_client() as verifier:
+        for signed, policy in ((opened, "closed-only"), (closed, "b-only")):
+            refused = verifier.verify_session(signed.evidence(), signed.outputs, policy=policy)
+            assert (refused.reason, refused.result.index) == (Reason.CONSUMER_POLICY_VIOLATION, 0), refused.result
+            assert refused.result.attribution is not None  # the session verified: the policy refused it
+        # Refused by a policy, a session consumed nothing: it is accepted after, under another policy.
+        assert verifier.verify_session(opened.evidence(), opened.outputs)
+        assert verifier.verify_session(closed.evidence(), closed.outputs, policy="closed-only")
+        with pytest.raises(ServiceError) as unknown:
+            verifier.verify_session(closed.evidence(), closed.outputs, audit=True, policy="no-such-policy")
+        assert unknown.value.code == "INVALID_ARGUMENT"

@@ -937,7 +937,8 @@ def session_vector(
 
 
 def session_vectors(m: SampleMesh, out: FilePath) -> None:
-    """Valid sessions, and one named invalid session per session reason."""
+    """Valid sessions, one named invalid session per session reason, and sessions under a consumer
+    policy (``policy``: the policy document the check applies)."""
     (out / "valid").mkdir(parents=True, exist_ok=True)
     (out / "invalid").mkdir(parents=True, exist_ok=True)
     agent = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:3])  # deployer-b's agent, no output
@@ -1011,6 +1012,22 @@ def session_vectors(m: SampleMesh, out: FilePath) -> None:
             require_closed=True,
         ),
     )
+
+    # Step C for sessions (spec 16.3): a consumer policy applied to each receipt's path, in order.
+    (out / "policy").mkdir(parents=True, exist_ok=True)
+    closed_only = {"v": 1, "policy": {"require_closed_session": True}}
+    not_b = {"v": 1, "policy": {"allowed_deployers": ["deployer-a", "deployer-c"]}}
+    with_policy = [
+        ("require-closed-session-closed", "a closed session proves itself closed: require_closed_session allows it",
+         closed, [*turns, None], closed_only, ("ACCEPT", None, None)),
+        ("require-closed-session-open", "an open session does not: refused at its first receipt",
+         closed[:3], turns, closed_only, ("REJECT", "CONSUMER_POLICY_VIOLATION", 0)),
+        ("allowed-deployers", "the agent's deployer is not allowed: refused at the first receipt",
+         closed, [*turns, None], not_b, ("REJECT", "CONSUMER_POLICY_VIOLATION", 0)),
+    ]  # fmt: skip
+    for name, description, items, outputs, document, expected in with_policy:
+        body = session_vector(name, description, agent, items, outputs, expected, registry=m.registry)
+        write(out / "policy" / f"{name}.json", {**body, "policy": document})
 
 
 def _renamed(record: NodeRecord, session: str, prev: str) -> NodeRecord:

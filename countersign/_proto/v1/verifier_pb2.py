@@ -26,15 +26,15 @@ _sym_db = _symbol_database.Default()
 from countersign._proto.v1 import common_pb2 as countersign_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ountersign/v1/verifier.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"\xd7\x01\n\x11VerifyPathRequest\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x0e\n\x06output\x18\x02 \x01(\x0c\x12\x34\n\x04mode\x18\x03 \x01(\x0e\x32&.countersign.v1.VerifyPathRequest.Mode\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x15\n\routput_sha256\x18\x06 \x01(\x0c\"3\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43\x43\x45PT\x10\x01\x12\t\n\x05\x41UDIT\x10\x02\"\xc0\x01\n\x12VerifyPathResponse\x12(\n\x07verdict\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Verdict\x12\x19\n\x11registry_sequence\x18\x02 \x01(\x04\x12\x30\n\x0b\x61ttribution\x18\x03 \x01(\x0b\x32\x1b.countersign.v1.Attribution\x12\x33\n\x08retry_of\x18\x04 \x01(\x0b\x32!.countersign.v1.EarlierAcceptance\"(\n\x11\x45\x61rlierAcceptance\x12\x13\n\x0b\x61\x63\x63\x65pted_ms\x18\x01 \x01(\x04\"=\n\rSessionOutput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06\x61\x62sent\x18\x02 \x01(\x08\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\"\xb9\x01\n\x14VerifySessionRequest\x12\x0f\n\x07session\x18\x01 \x01(\x0c\x12.\n\x07outputs\x18\x02 \x03(\x0b\x32\x1d.countersign.v1.SessionOutput\x12\x34\n\x04mode\x18\x03 \x01(\x0e\x32&.countersign.v1.VerifyPathRequest.Mode\x12\x16\n\x0erequire_closed\x18\x04 \x01(\x08\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"A\n\x0cSessionFacts\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x10\n\x08receipts\x18\x02 \x01(\r\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\"\xf2\x01\n\x15VerifySessionResponse\x12(\n\x07verdict\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Verdict\x12\x19\n\x11registry_sequence\x18\x02 \x01(\x04\x12\x30\n\x0b\x61ttribution\x18\x03 \x01(\x0b\x32\x1b.countersign.v1.Attribution\x12-\n\x07session\x18\x04 \x01(\x0b\x32\x1c.countersign.v1.SessionFacts\x12\x33\n\x08retry_of\x18\x05 \x01(\x0b\x32!.countersign.v1.EarlierAcceptance\"w\n\rImpactRequest\x12\x10\n\x06key_id\x18\x01 \x01(\tH\x00\x12\x17\n\rrecord_digest\x18\x02 \x01(\tH\x00\x12\x12\n\x08\x64\x65ployer\x18\x03 \x01(\tH\x00\x12\x10\n\x08since_ms\x18\x04 \x01(\x04\x12\x0c\n\x04mark\x18\x05 \x01(\x08\x42\x07\n\x05query\"\x90\x01\n\x0cImpactRecord\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.countersign.v1.ImpactStatus\x12\x12\n\ndepends_on\x18\x03 \x03(\t\x12\x0c\n\x04seed\x18\x04 \x01(\x08\x12\x10\n\x08\x64\x65ployer\x18\x05 \x01(\t\x12\x0e\n\x06key_id\x18\x06 \x01(\t\"\x84\x02\n\rImpactVerdict\x12\x12\n\nverdict_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07time_ms\x18\x03 \x01(\x04\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x0f\n\x07records\x18\x05 \x03(\t\x12,\n\x06status\x18\x06 \x01(\x0e\x32\x1c.countersign.v1.ImpactStatus\x12\x0c\n\x04mode\x18\x07 \x01(\t\x12\x0e\n\x06\x63lient\x18\x08 \x01(\t\x12\x19\n\x11registry_sequence\x18\t \x01(\x04\x12\x0c\n\x04path\x18\n \x03(\t\x12\x15\n\rmarked_in_log\x18\x0b \x01(\x08\x12\r\n\x05\x63\x61use\x18\x0c \x01(\t\"\x99\x01\n\x0eImpactResponse\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.countersign.v1.ImpactRecord\x12/\n\x08verdicts\x18\x02 \x03(\x0b\x32\x1d.countersign.v1.ImpactVerdict\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x14\n\x0cnewly_marked\x18\x04 \x01(\x04*E\n\x0cImpactStatus\x12\x1d\n\x19IMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12NEEDS_REVALIDATION\x10\x01\x32\xc3\x03\n\x08Verifier\x12S\n\nVerifyPath\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse\x12X\n\x0bVerifyPaths\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse(\x01\x30\x01\x12\\\n\rVerifySession\x12$.countersign.v1.VerifySessionRequest\x1a%.countersign.v1.VerifySessionResponse\x12\x61\n\x0eVerifySessions\x12$.countersign.v1.VerifySessionRequest\x1a%.countersign.v1.VerifySessionResponse(\x01\x30\x01\x12G\n\x06Impact\x12\x1d.countersign.v1.ImpactRequest\x1a\x1e.countersign.v1.ImpactResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ountersign/v1/verifier.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"\xd7\x01\n\x11VerifyPathRequest\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x0e\n\x06output\x18\x02 \x01(\x0c\x12\x34\n\x04mode\x18\x03 \x01(\x0e\x32&.countersign.v1.VerifyPathRequest.Mode\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x15\n\routput_sha256\x18\x06 \x01(\x0c\"3\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43\x43\x45PT\x10\x01\x12\t\n\x05\x41UDIT\x10\x02\"\xc0\x01\n\x12VerifyPathResponse\x12(\n\x07verdict\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Verdict\x12\x19\n\x11registry_sequence\x18\x02 \x01(\x04\x12\x30\n\x0b\x61ttribution\x18\x03 \x01(\x0b\x32\x1b.countersign.v1.Attribution\x12\x33\n\x08retry_of\x18\x04 \x01(\x0b\x32!.countersign.v1.EarlierAcceptance\"(\n\x11\x45\x61rlierAcceptance\x12\x13\n\x0b\x61\x63\x63\x65pted_ms\x18\x01 \x01(\x04\"=\n\rSessionOutput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06\x61\x62sent\x18\x02 \x01(\x08\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\"\xc9\x01\n\x14VerifySessionRequest\x12\x0f\n\x07session\x18\x01 \x01(\x0c\x12.\n\x07outputs\x18\x02 \x03(\x0b\x32\x1d.countersign.v1.SessionOutput\x12\x34\n\x04mode\x18\x03 \x01(\x0e\x32&.countersign.v1.VerifyPathRequest.Mode\x12\x16\n\x0erequire_closed\x18\x04 \x01(\x08\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0e\n\x06policy\x18\x06 \x01(\t\"A\n\x0cSessionFacts\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x10\n\x08receipts\x18\x02 \x01(\r\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\"\xf2\x01\n\x15VerifySessionResponse\x12(\n\x07verdict\x18\x01 \x01(\x0b\x32\x17.countersign.v1.Verdict\x12\x19\n\x11registry_sequence\x18\x02 \x01(\x04\x12\x30\n\x0b\x61ttribution\x18\x03 \x01(\x0b\x32\x1b.countersign.v1.Attribution\x12-\n\x07session\x18\x04 \x01(\x0b\x32\x1c.countersign.v1.SessionFacts\x12\x33\n\x08retry_of\x18\x05 \x01(\x0b\x32!.countersign.v1.EarlierAcceptance\"w\n\rImpactRequest\x12\x10\n\x06key_id\x18\x01 \x01(\tH\x00\x12\x17\n\rrecord_digest\x18\x02 \x01(\tH\x00\x12\x12\n\x08\x64\x65ployer\x18\x03 \x01(\tH\x00\x12\x10\n\x08since_ms\x18\x04 \x01(\x04\x12\x0c\n\x04mark\x18\x05 \x01(\x08\x42\x07\n\x05query\"\x90\x01\n\x0cImpactRecord\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.countersign.v1.ImpactStatus\x12\x12\n\ndepends_on\x18\x03 \x03(\t\x12\x0c\n\x04seed\x18\x04 \x01(\x08\x12\x10\n\x08\x64\x65ployer\x18\x05 \x01(\t\x12\x0e\n\x06key_id\x18\x06 \x01(\t\"\x84\x02\n\rImpactVerdict\x12\x12\n\nverdict_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07time_ms\x18\x03 \x01(\x04\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x0f\n\x07records\x18\x05 \x03(\t\x12,\n\x06status\x18\x06 \x01(\x0e\x32\x1c.countersign.v1.ImpactStatus\x12\x0c\n\x04mode\x18\x07 \x01(\t\x12\x0e\n\x06\x63lient\x18\x08 \x01(\t\x12\x19\n\x11registry_sequence\x18\t \x01(\x04\x12\x0c\n\x04path\x18\n \x03(\t\x12\x15\n\rmarked_in_log\x18\x0b \x01(\x08\x12\r\n\x05\x63\x61use\x18\x0c \x01(\t\"\x99\x01\n\x0eImpactResponse\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.countersign.v1.ImpactRecord\x12/\n\x08verdicts\x18\x02 \x03(\x0b\x32\x1d.countersign.v1.ImpactVerdict\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x14\n\x0cnewly_marked\x18\x04 \x01(\x04*E\n\x0cImpactStatus\x12\x1d\n\x19IMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12NEEDS_REVALIDATION\x10\x01\x32\xc3\x03\n\x08Verifier\x12S\n\nVerifyPath\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse\x12X\n\x0bVerifyPaths\x12!.countersign.v1.VerifyPathRequest\x1a\".countersign.v1.VerifyPathResponse(\x01\x30\x01\x12\\\n\rVerifySession\x12$.countersign.v1.VerifySessionRequest\x1a%.countersign.v1.VerifySessionResponse\x12\x61\n\x0eVerifySessions\x12$.countersign.v1.VerifySessionRequest\x1a%.countersign.v1.VerifySessionResponse(\x01\x30\x01\x12G\n\x06Impact\x12\x1d.countersign.v1.ImpactRequest\x1a\x1e.countersign.v1.ImpactResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.verifier_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_IMPACTSTATUS']._serialized_start=1783
-  _globals['_IMPACTSTATUS']._serialized_end=1852
+  _globals['_IMPACTSTATUS']._serialized_start=1799
+  _globals['_IMPACTSTATUS']._serialized_end=1868
   _globals['_VERIFYPATHREQUEST']._serialized_start=79
   _globals['_VERIFYPATHREQUEST']._serialized_end=294
   _globals['_VERIFYPATHREQUEST_MODE']._serialized_start=243
@@ -46,19 +46,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONOUTPUT']._serialized_start=533
   _globals['_SESSIONOUTPUT']._serialized_end=594
   _globals['_VERIFYSESSIONREQUEST']._serialized_start=597
-  _globals['_VERIFYSESSIONREQUEST']._serialized_end=782
-  _globals['_SESSIONFACTS']._serialized_start=784
-  _globals['_SESSIONFACTS']._serialized_end=849
-  _globals['_VERIFYSESSIONRESPONSE']._serialized_start=852
-  _globals['_VERIFYSESSIONRESPONSE']._serialized_end=1094
-  _globals['_IMPACTREQUEST']._serialized_start=1096
-  _globals['_IMPACTREQUEST']._serialized_end=1215
-  _globals['_IMPACTRECORD']._serialized_start=1218
-  _globals['_IMPACTRECORD']._serialized_end=1362
-  _globals['_IMPACTVERDICT']._serialized_start=1365
-  _globals['_IMPACTVERDICT']._serialized_end=1625
-  _globals['_IMPACTRESPONSE']._serialized_start=1628
-  _globals['_IMPACTRESPONSE']._serialized_end=1781
-  _globals['_VERIFIER']._serialized_start=1855
-  _globals['_VERIFIER']._serialized_end=2306
+  _globals['_VERIFYSESSIONREQUEST']._serialized_end=798
+  _globals['_SESSIONFACTS']._serialized_start=800
+  _globals['_SESSIONFACTS']._serialized_end=865
+  _globals['_VERIFYSESSIONRESPONSE']._serialized_start=868
+  _globals['_VERIFYSESSIONRESPONSE']._serialized_end=1110
+  _globals['_IMPACTREQUEST']._serialized_start=1112
+  _globals['_IMPACTREQUEST']._serialized_end=1231
+  _globals['_IMPACTRECORD']._serialized_start=1234
+  _globals['_IMPACTRECORD']._serialized_end=1378
+  _globals['_IMPACTVERDICT']._serialized_start=1381
+  _globals['_IMPACTVERDICT']._serialized_end=1641
+  _globals['_IMPACTRESPONSE']._serialized_start=1644
+  _globals['_IMPACTRESPONSE']._serialized_end=1797
+  _globals['_VERIFIER']._serialized_start=1871
+  _globals['_VERIFIER']._serialized_end=2322
 # @@protoc_insertion_point(module_scope)

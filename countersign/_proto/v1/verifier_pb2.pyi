@@ -203,6 +203,7 @@ class VerifySessionRequest(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     REQUIRE_CLOSED_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     session: _builtins.bytes
     """Session evidence JSON (docs/spec.md section 17.1): {"v": 1, "agent": <path>, "receipts": [...]}."""
     mode: Global___VerifyPathRequest.Mode.ValueType
@@ -210,6 +211,11 @@ class VerifySessionRequest(_message.Message):
     """the session must end with its close receipt (else SESSION_TRUNCATED)"""
     request_id: _builtins.str
     """idempotency key, as in VerifyPathRequest (one for the whole session)"""
+    policy: _builtins.str
+    """Optional name of a consumer policy configured on the verifier, as in VerifyPathRequest: applied
+    to each receipt's path once the session verified and before any nonce is consumed (docs/spec.md
+    16.3); a session it refuses is REJECT CONSUMER_POLICY_VIOLATION at that receipt and consumes nothing.
+    """
     @_builtins.property
     def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionOutput]:
         """Empty: no output is checked. Otherwise exactly one per receipt, in the same order."""
@@ -222,10 +228,11 @@ class VerifySessionRequest(_message.Message):
         mode: Global___VerifyPathRequest.Mode.ValueType = ...,
         require_closed: _builtins.bool = ...,
         request_id: _builtins.str = ...,
+        policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "outputs", b"outputs", "request_id", b"request_id", "require_closed", b"require_closed", "session", b"session"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "outputs", b"outputs", "policy", b"policy", "request_id", b"request_id", "require_closed", b"require_closed", "session", b"session"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
