@@ -26,7 +26,14 @@ Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
 from countersign.client.errors import ServiceError
 from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
-from countersign.client.results import Grant, SessionVerifierVerdict, VerifierVerdict
+from countersign.client.results import (
+    Grant,
+    ImpactAnswer,
+    ImpactedRecord,
+    ImpactedVerdict,
+    SessionVerifierVerdict,
+    VerifierVerdict,
+)
 from countersign.client.retry import (
     Attempt,
     IssueOutcome,
@@ -68,6 +75,9 @@ __all__ = [
     "ErrorCode",
     "Grant",
     "HandoffError",
+    "ImpactAnswer",
+    "ImpactedRecord",
+    "ImpactedVerdict",
     "IssueOutcome",
     "OperatorClient",
     "OutputEmitter",

@@ -12,7 +12,13 @@ import grpc
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.errors import from_rpc_error
 from countersign.client.lanes import Lanes, unary
-from countersign.client.results import SessionVerifierVerdict, VerifierVerdict
+from countersign.client.results import (
+    ImpactAnswer,
+    ImpactedRecord,
+    ImpactedVerdict,
+    SessionVerifierVerdict,
+    VerifierVerdict,
+)
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
@@ -115,6 +121,42 @@ def _session_verdict(response: verifier_pb2.VerifySessionResponse) -> SessionVer
     return SessionVerifierVerdict(_result(response), response.registry_sequence, summary)
 
 
+def _impact_request(
+    key_id: str | None, record_digest: str | None, deployer: str | None, since_ms: int, mark: bool
+) -> verifier_pb2.ImpactRequest:
+    """Exactly one query. Raises ValueError otherwise (a caller's mistake, not a verifier's refusal)."""
+    given = {"key_id": key_id, "record_digest": record_digest, "deployer": deployer}
+    named = {field: value for field, value in given.items() if value is not None}
+    if len(named) != 1:
+        raise ValueError("impact takes exactly one of key_id, record_digest and deployer")
+    return verifier_pb2.ImpactRequest(**named, since_ms=since_ms, mark=mark)
+
+
+def _impact_answer(response: verifier_pb2.ImpactResponse) -> ImpactAnswer:
+    return ImpactAnswer(
+        records=tuple(
+            ImpactedRecord(r.digest, r.deployer, r.key_id, r.seed, tuple(r.depends_on)) for r in response.records
+        ),
+        verdicts=tuple(
+            ImpactedVerdict(
+                v.verdict_id,
+                v.request_id,
+                v.time_ms,
+                v.mode,
+                v.client,
+                v.registry_sequence,
+                tuple(v.path),
+                tuple(v.records),
+                v.marked_in_log,
+                v.cause,
+            )
+            for v in response.verdicts
+        ),
+        truncated=response.truncated,
+        newly_marked=response.newly_marked,
+    )
+
+
 @dataclass
 class VerifierClient:
     """A consumer of the verifier service: over up to ``lanes`` verification lanes (``VerifyPaths``
@@ -130,6 +172,7 @@ class VerifierClient:
         self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
         self._unary = unary(self._stub.VerifyPath)
         self._verify_session = unary(self._stub.VerifySession)
+        self._impact = unary(self._stub.Impact)
         self._lanes: Lanes[verifier_pb2.VerifyPathRequest, verifier_pb2.VerifyPathResponse] | None = (
             Lanes(self._stub.VerifyPaths, self.lanes, self.lane_idle_s, self._unary) if self.lanes > 0 else None
         )
@@ -180,6 +223,23 @@ class VerifierClient:
         16.3; empty: none; an unknown name is INVALID_ARGUMENT)."""
         request = _session_request(session, outputs, audit, require_closed, request_id, policy)
         return _session_verdict(self._verify_session(request, timeout_s))
+
+    def impact(
+        self,
+        *,
+        key_id: str | None = None,
+        record_digest: str | None = None,
+        deployer: str | None = None,
+        since_ms: int = 0,
+        mark: bool = False,
+        timeout_s: float = 30.0,
+    ) -> ImpactAnswer:
+        """What depended on a key (``key_id``: records it signed or co-signed), a record
+        (``record_digest``) or a deployer, according to the verifier's verdict log (``Impact``,
+        docs/api.md): give exactly one (else ValueError). ``since_ms``: only verdicts logged from then
+        on. ``mark``: also flag the affected verdicts NEEDS_REVALIDATION in the log (nothing is
+        deleted). Operator and client certificates only; raises ServiceError when refused."""
+        return _impact_answer(self._impact(_impact_request(key_id, record_digest, deployer, since_ms, mark), timeout_s))
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -244,6 +304,24 @@ class AsyncVerifierClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return _session_verdict(response)
+
+    async def impact(
+        self,
+        *,
+        key_id: str | None = None,
+        record_digest: str | None = None,
+        deployer: str | None = None,
+        since_ms: int = 0,
+        mark: bool = False,
+        timeout_s: float = 30.0,
+    ) -> ImpactAnswer:
+        """See :meth:`VerifierClient.impact`."""
+        request = _impact_request(key_id, record_digest, deployer, since_ms, mark)
+        try:
+            response = await self._stub.Impact(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return _impact_answer(response)
 
     async def close(self) -> None:
         await self._channel.close()

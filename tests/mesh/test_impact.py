@@ -4,6 +4,7 @@ RPC and ``countersign impact --state`` both list exactly them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from countersign._proto.v1 import verifier_pb2
 from countersign.admission import StatementKind
-from countersign.client import SignerClient
+from countersign.client import AsyncVerifierClient, ImpactAnswer, SignerClient
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import channel_to, delegate, poll, scrape, service_error, sha256, verifier_stub
@@ -117,6 +118,26 @@ def test_a_revocation_marks_the_verdicts_that_relied_on_the_key(make_mesh: Calla
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert text.returncode == 0 and "6 verdict(s) NEEDS_REVALIDATION" in text.stdout, text.stdout + text.stderr
+
+    # The SDK asks the same RPC and answers typed values, sync and async.
+    typed = verifier.impact(key_id=b_key)
+    assert {v.request_id for v in typed.verdicts} == relied_on_b and not typed.truncated
+    assert {v.verdict_id: v.path for v in typed.verdicts} == {v.verdict_id: tuple(v.path) for v in answer.verdicts}
+    assert {r.digest for r in typed.records} == records_of_b
+    assert all(r.key_id and r.deployer for r in typed.records)
+    assert {r.digest for r in typed.records if r.seed} <= records_of_b
+    assert {v.request_id for v in verifier.impact(deployer="deployer-a", since_ms=0).verdicts} == {
+        v.request_id for v in by_a.verdicts
+    }
+
+    async def ask_async() -> ImpactAnswer:
+        async with AsyncVerifierClient(mesh.daemons["verifier-0"].address, mesh.tls_for("client")) as client:
+            return await client.impact(key_id=b_key, since_ms=since)
+
+    assert {v.request_id for v in asyncio.run(ask_async()).verdicts} == {v.request_id for v in late.verdicts}
+    for wrong in ({}, {"key_id": b_key, "deployer": "deployer-b"}):
+        with pytest.raises(ValueError, match="exactly one"):
+            verifier.impact(**wrong)
     for client in (a, b, verifier):
         client.close()
 
