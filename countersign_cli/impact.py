@@ -1,14 +1,16 @@
 """``countersign impact``: which logged verdicts, and which records below them, relied on a key, a
-record or a deployer, read from a verifier's store (the verdict log; docs/operations.md)."""
+record or a deployer, read from a verifier's store (the verdict log; docs/operations.md) or asked of
+a running verifier (its ``Impact`` RPC, over mTLS): the same report either way."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from countersign.errors import MalformedError, VerificationError
-from countersign.impact import ImpactReport, collect_impact, impact_query
+from countersign.impact import ImpactQuery, ImpactStatus, collect_impact, impact_query
 from countersign.state import DependencyKind
 from countersign_cli.main import EXIT_OK, UsageError
 
@@ -25,11 +27,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     what.add_argument("--record", metavar="DIGEST", help="this record (sha256:...)")
     what.add_argument("--deployer", metavar="NAME", help="records this deployer issued or co-signed")
     impact.add_argument("--since", metavar="T", help="only verdicts from T on: ms since the epoch, or ISO 8601")
-    impact.add_argument(
+    where = impact.add_mutually_exclusive_group(required=True)
+    where.add_argument(
         "--state",
-        required=True,
         help="the verifier's store URL: sqlite:///verifier.db (relative to here) or sqlite:////abs/verifier.db",
     )
+    where.add_argument("--verifier", help="host:port of a running verifier: ask its Impact RPC instead (mTLS)")
+    impact.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
+    impact.add_argument("--cert", default="", help="with --verifier: operator or client certificate (mTLS)")
+    impact.add_argument("--tls-key", default="", help="with --verifier: its private key (mTLS)")
+    impact.add_argument("--insecure-loopback", action="store_true", help="with --verifier: plaintext, loopback only")
     impact.add_argument("--json", action="store_true", help="print the report as JSON")
     impact.add_argument("--mark", action="store_true", help="also flag the verdicts in the log")
     impact.set_defaults(handler=cmd_impact)
@@ -51,7 +58,6 @@ def parse_since(text: str | None) -> int:
 
 
 def cmd_impact(args: argparse.Namespace) -> int:
-    from verifier.stores import StoreConfigError, open_store
 
     if args.key is not None:
         kind, value = DependencyKind.KEY, args.key
@@ -63,6 +69,15 @@ def cmd_impact(args: argparse.Namespace) -> int:
         query = impact_query(kind, value, parse_since(args.since))
     except MalformedError as exc:
         raise UsageError(str(exc)) from None
+    report = ask_verifier(args, query) if args.verifier else read_store(args, query)
+    print(json.dumps(report, indent=2) if args.json else describe(report))
+    return EXIT_OK
+
+
+def read_store(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
+    """The report from the verifier's store (``--mark`` flags there), as JSON."""
+    from verifier.stores import StoreConfigError, open_store
+
     try:
         store = open_store(args.state)
     except StoreConfigError as exc:
@@ -72,15 +87,54 @@ def cmd_impact(args: argparse.Namespace) -> int:
     try:
         report = collect_impact(store, query)
         if args.mark:
-            cause = f"impact query {kind.value} {value} (command line)"
+            cause = f"impact query {query.kind.value} {query.value} (command line)"
             store.mark_needs_revalidation([v.entry for v in report.verdicts], cause, _now_ms())
             report = collect_impact(store, query)
     except VerificationError as exc:
         raise UsageError(f"state store unavailable (retry): {exc}") from None
     finally:
         store.close()
-    print(json.dumps(report.to_json(), indent=2) if args.json else describe(report))
-    return EXIT_OK
+    return report.to_json()
+
+
+def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
+    """The verifier's Impact answer (``--mark`` flags there), as the report JSON ``--state`` prints."""
+    from countersign.client import ServiceError, VerifierClient
+    from countersign_cli.services import client_tls, transport_hint
+
+    client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
+    try:
+        answer = client.impact(
+            key_id=query.value if query.kind is DependencyKind.KEY else None,
+            record_digest=query.value if query.kind is DependencyKind.RECORD else None,
+            deployer=query.value if query.kind is DependencyKind.DEPLOYER else None,
+            since_ms=query.since_ms,
+            mark=args.mark,
+        )
+    except ServiceError as exc:
+        hint = (
+            transport_hint(args.insecure_loopback, str(exc)) if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
+        )
+        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}") from None
+    finally:
+        client.close()
+    status = ImpactStatus.NEEDS_REVALIDATION.value
+    return {
+        "query": query.to_json(),
+        "records": [
+            {"digest": r.digest, "status": status, "depends_on": list(r.depends_on), "seed": r.seed,
+             "deployer": r.deployer, "key_id": r.key_id}
+            for r in answer.records
+        ],
+        "verdicts": [
+            {"verdict_id": v.verdict_id, "request_id": v.request_id, "time_ms": v.time_ms, "result": v.result,
+             "records": list(v.records), "status": status, "mode": v.mode, "client": v.client,
+             "registry_sequence": v.registry_sequence, "path": list(v.path), "marked_in_log": v.marked_in_log,
+             "cause": v.cause}
+            for v in answer.verdicts
+        ],
+        "truncated": answer.truncated,
+    }  # fmt: skip
 
 
 def _now_ms() -> int:
@@ -91,30 +145,29 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def describe(report: ImpactReport) -> str:
-    query = report.query
-    since = f" since {_time(query.since_ms)}" if query.since_ms else ""
+def describe(report: dict[str, Any]) -> str:
+    """The report (its JSON, from the store or from a verifier) for people."""
+    query, records, verdicts = report["query"], report["records"], report["verdicts"]
+    since = f" since {_time(query['since_ms'])}" if query["since_ms"] else ""
     lines = [
-        f"impact of {query.kind.value} {query.value}{since}: {len(report.records)} record(s) and "
-        f"{len(report.verdicts)} verdict(s) NEEDS_REVALIDATION"
+        f"impact of {query['kind']} {query['value']}{since}: {len(records)} record(s) and "
+        f"{len(verdicts)} verdict(s) NEEDS_REVALIDATION"
     ]
-    if report.truncated:
+    if report["truncated"]:
         lines.append("(incomplete: the log held more than one lookup returns; narrow it with --since)")
-    if report.records:
+    if records:
         lines.append("records:")
-    for record in report.records:
-        below = f"  below {', '.join(record.depends_on)}" if record.depends_on else ""
-        lines.append(
-            f"  {record.digest}  {record.deployer} {record.key_id}{'  (matches)' if record.seed else ''}{below}"
-        )
-    if report.verdicts:
+    for record in records:
+        below = f"  below {', '.join(record['depends_on'])}" if record["depends_on"] else ""
+        matches = "  (matches)" if record["seed"] else ""
+        lines.append(f"  {record['digest']}  {record['deployer']} {record['key_id']}{matches}{below}")
+    if verdicts:
         lines.append("verdicts:")
-    for verdict in report.verdicts:
-        entry = verdict.entry
-        flagged = f"  flagged: {entry.revalidation_cause}" if entry.needs_revalidation else ""
-        request = f" request {entry.request_id}" if entry.request_id else ""
+    for verdict in verdicts:
+        flagged = f"  flagged: {verdict['cause']}" if verdict["marked_in_log"] else ""
+        request = f" request {verdict['request_id']}" if verdict["request_id"] else ""
         lines.append(
-            f"  {entry.verdict_id}  {_time(entry.time_ms)}  {entry.mode} {entry.verdict}{request}"
-            f"  {entry.client or 'plaintext'}  records {', '.join(verdict.records)}{flagged}"
+            f"  {verdict['verdict_id']}  {_time(verdict['time_ms'])}  {verdict['mode']} {verdict['result']}{request}"
+            f"  {verdict['client'] or 'plaintext'}  records {', '.join(verdict['records'])}{flagged}"
         )
     return "\n".join(lines)

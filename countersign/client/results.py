@@ -94,6 +94,7 @@ class ImpactedVerdict:
     verdict_id: str
     request_id: str
     time_ms: int
+    result: str  # ACCEPT: only accepted verdicts are affected
     mode: str
     client: str
     registry_sequence: int

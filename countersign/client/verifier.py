@@ -142,6 +142,7 @@ def _impact_answer(response: verifier_pb2.ImpactResponse) -> ImpactAnswer:
                 v.verdict_id,
                 v.request_id,
                 v.time_ms,
+                v.result,
                 v.mode,
                 v.client,
                 v.registry_sequence,

@@ -1,6 +1,7 @@
 """Revocation impact in a running mesh: the verifier logs its verdicts, marks those a revocation
 reached when the revocation arrives on the registry stream (the metric moves), and the ``Impact``
-RPC and ``countersign impact --state`` both list exactly them."""
+RPC, the SDK's ``impact`` and ``countersign impact`` (``--state`` or ``--verifier``) all list exactly
+them."""
 
 from __future__ import annotations
 
@@ -118,6 +119,30 @@ def test_a_revocation_marks_the_verdicts_that_relied_on_the_key(make_mesh: Calla
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert text.returncode == 0 and "6 verdict(s) NEEDS_REVALIDATION" in text.stdout, text.stdout + text.stderr
+    # Or asks the running verifier over mTLS (an auditor with a client certificate, no store access):
+    # the same report, JSON and text.
+    tls = mesh.tls_for("client")
+    remote = [
+        "--verifier",
+        mesh.daemons["verifier-0"].address,
+        "--ca",
+        tls.ca,
+        "--cert",
+        tls.cert,
+        "--tls-key",
+        tls.key,
+    ]
+    asked = subprocess.run(
+        [sys.executable, "-m", "countersign_cli", "impact", "--key", b_key, *remote, "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout) == report
+    asked_text = subprocess.run(
+        [sys.executable, "-m", "countersign_cli", "impact", "--deployer", "deployer-b", *remote],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert asked_text.returncode == 0 and asked_text.stdout == text.stdout, asked_text.stdout + asked_text.stderr
 
     # The SDK asks the same RPC and answers typed values, sync and async.
     typed = verifier.impact(key_id=b_key)
