@@ -100,7 +100,7 @@ def read_store(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
 def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
     """The verifier's Impact answer (``--mark`` flags there), as the report JSON ``--state`` prints."""
     from countersign.client import ServiceError, VerifierClient
-    from countersign_cli.services import client_tls, transport_hint
+    from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
     try:
@@ -112,10 +112,7 @@ def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]
             mark=args.mark,
         )
     except ServiceError as exc:
-        hint = (
-            transport_hint(args.insecure_loopback, str(exc)) if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
-        )
-        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}") from None
+        raise verifier_refused(args, exc) from None
     finally:
         client.close()
     status = ImpactStatus.NEEDS_REVALIDATION.value

@@ -349,17 +349,14 @@ def verify_session_remotely(args: argparse.Namespace, session: SessionEvidence, 
     """Ask a verifier service (VerifySession); print the same verdict object as offline."""
     from countersign.client import VerifierClient
     from countersign.client.errors import ServiceError
-    from countersign_cli.services import client_tls, transport_hint
+    from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
     presented = None if all(o is None for o in outputs) else outputs
     try:
         result = client.verify_session(session, presented, audit=args.audit, require_closed=args.closed).result
     except ServiceError as exc:
-        hint = (
-            transport_hint(args.insecure_loopback, str(exc)) if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
-        )
-        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}") from None
+        raise verifier_refused(args, exc) from None
     finally:
         client.close()
     print(json.dumps(result.to_json()))
@@ -431,16 +428,13 @@ def verify_remotely(args: argparse.Namespace, path_bytes: bytes, output: bytes) 
     """Ask a verifier service; print the same verdict object as offline verification."""
     from countersign.client import VerifierClient
     from countersign.client.errors import ServiceError
-    from countersign_cli.services import client_tls, transport_hint
+    from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))
     try:
         result = client.verify(path_bytes, output, audit=args.audit).result
     except ServiceError as exc:
-        hint = (
-            transport_hint(args.insecure_loopback, str(exc)) if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
-        )
-        raise UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}") from None
+        raise verifier_refused(args, exc) from None
     finally:
         client.close()
     print(json.dumps(result.to_json()))

@@ -22,6 +22,7 @@ from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
     from countersign.checkpoint import SignedCheckpoint
+    from countersign.client.errors import ServiceError
     from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
 
@@ -224,6 +225,14 @@ def in_flag_words(message: str) -> str:
     for setting, flag in _FLAG_OF_SETTING:
         message = message.replace(setting, flag)
     return message
+
+
+def verifier_refused(args: argparse.Namespace, exc: ServiceError) -> UsageError:
+    """A verifier's refusal (or silence) as the command line reports it, with a transport hint when
+    it did not answer at all."""
+    unreachable = exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+    hint = transport_hint(args.insecure_loopback, str(exc)) if unreachable else ""
+    return UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}")
 
 
 def transport_hint(insecure_loopback: bool, message: str) -> str:
