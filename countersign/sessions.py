@@ -369,19 +369,18 @@ def check_session(
     if require_closed and last.close is None:
         return _reject(Reason.SESSION_TRUNCATED, None, f"the session ends after {len(receipts)} receipts, unclosed")
     if consumer_policy is not None:
-        refused = _policy_violation(session, consumer_policy, registry.sequence, now_ms)
+        refused = _policy_violation(session, consumer_policy, registry.sequence, now_ms, closed=last.close is not None)
         if refused is not None:
             return SessionCheck(refused)
     return SessionCheck(VerificationResult.accept(), SessionAdmission(tuple(edges), tuple(leaves)))
 
 
 def _policy_violation(
-    session: SessionEvidence, consumer_policy: ConsumerPolicy, registry_sequence: int, now_ms: int
+    session: SessionEvidence, consumer_policy: ConsumerPolicy, registry_sequence: int, now_ms: int, *, closed: bool
 ) -> VerificationResult | None:
     """Step C for a verified session (spec 16.3): each receipt's path in order, told whether the
-    session ends with its close receipt; the first refusal, at that receipt's position, with the
-    session's attribution. None when every receipt is allowed."""
-    closed = session.receipts[-1].record.output is not None and session.receipts[-1].record.output.close is not None
+    session ends with its close receipt (``closed``); the first refusal, at that receipt's position,
+    with the session's attribution. None when every receipt is allowed."""
     for index, receipt in enumerate(session.receipts):
         path = Path((*session.agent.envelopes, receipt))
         violation = consumer_policy.violation(path, attribute(path, registry_sequence), now_ms, session_closed=closed)
