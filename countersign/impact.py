@@ -114,28 +114,56 @@ class AffectedRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class LoggedVerdict:
+    """An affected verdict as an impact report shows it (and the ``Impact`` RPC carries it): what was
+    accepted, when, for whom, and which of its records (``records``, root first) the query affects."""
+
+    verdict_id: str
+    request_id: str
+    time_ms: int
+    result: str  # ACCEPT: only accepted verdicts are affected
+    records: tuple[str, ...]
+    mode: str
+    client: str
+    registry_sequence: int
+    path: tuple[str, ...]  # every record digest of its path, root first
+    marked_in_log: bool
+    cause: str
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "verdict_id": self.verdict_id,
+            "request_id": self.request_id,
+            "time_ms": self.time_ms,
+            "result": self.result,
+            "records": list(self.records),
+            "status": ImpactStatus.NEEDS_REVALIDATION.value,
+            "mode": self.mode,
+            "client": self.client,
+            "registry_sequence": self.registry_sequence,
+            "path": list(self.path),
+            "marked_in_log": self.marked_in_log,
+            "cause": self.cause,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class AffectedVerdict:
     """A logged verdict whose path holds a record of the closure; ``records`` are those, root first."""
 
     entry: VerdictEntry
     records: tuple[str, ...]
 
-    def to_json(self) -> dict[str, JsonValue]:
+    def logged(self) -> LoggedVerdict:
         entry = self.entry
-        return {
-            "verdict_id": entry.verdict_id,
-            "request_id": entry.request_id,
-            "time_ms": entry.time_ms,
-            "result": entry.verdict,
-            "records": list(self.records),
-            "status": ImpactStatus.NEEDS_REVALIDATION.value,
-            "mode": entry.mode,
-            "client": entry.client,
-            "registry_sequence": entry.registry_sequence,
-            "path": [record.digest for record in entry.records],
-            "marked_in_log": entry.needs_revalidation,
-            "cause": entry.revalidation_cause,
-        }
+        return LoggedVerdict(
+            entry.verdict_id, entry.request_id, entry.time_ms, entry.verdict, self.records, entry.mode, entry.client,
+            entry.registry_sequence, tuple(record.digest for record in entry.records), entry.needs_revalidation,
+            entry.revalidation_cause,
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return self.logged().to_json()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +186,22 @@ class ImpactReport:
 
     def to_json(self) -> dict[str, JsonValue]:
         """The report as the command line prints it and ``countersign report --impact`` reads it."""
-        return {
-            "query": self.query.to_json(),
-            "records": [r.to_json() for r in self.records],
-            "verdicts": [v.to_json() for v in self.verdicts],
-            "truncated": self.truncated,
-        }
+        return report_json(self.query, self.records, self.verdicts, self.truncated)
+
+
+def report_json(
+    query: ImpactQuery,
+    records: Iterable[AffectedRecord],
+    verdicts: Iterable[AffectedVerdict | LoggedVerdict],
+    truncated: bool,
+) -> dict[str, JsonValue]:
+    """An impact report's JSON, whether built here from a log or received from a verifier."""
+    return {
+        "query": query.to_json(),
+        "records": [r.to_json() for r in records],
+        "verdicts": [v.to_json() for v in verdicts],
+        "truncated": truncated,
+    }
 
 
 def analyse(query: ImpactQuery, verdicts: Iterable[VerdictEntry], *, truncated: bool = False) -> ImpactReport:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from countersign.errors import MalformedError, VerificationError
-from countersign.impact import ImpactQuery, ImpactStatus, collect_impact, impact_query
+from countersign.impact import ImpactQuery, collect_impact, impact_query, report_json
 from countersign.state import DependencyKind
 from countersign_cli.main import EXIT_OK, UsageError
 
@@ -58,7 +58,6 @@ def parse_since(text: str | None) -> int:
 
 
 def cmd_impact(args: argparse.Namespace) -> int:
-
     if args.key is not None:
         kind, value = DependencyKind.KEY, args.key
     elif args.record is not None:
@@ -115,23 +114,7 @@ def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]
         raise verifier_refused(args, exc) from None
     finally:
         client.close()
-    status = ImpactStatus.NEEDS_REVALIDATION.value
-    return {
-        "query": query.to_json(),
-        "records": [
-            {"digest": r.digest, "status": status, "depends_on": list(r.depends_on), "seed": r.seed,
-             "deployer": r.deployer, "key_id": r.key_id}
-            for r in answer.records
-        ],
-        "verdicts": [
-            {"verdict_id": v.verdict_id, "request_id": v.request_id, "time_ms": v.time_ms, "result": v.result,
-             "records": list(v.records), "status": status, "mode": v.mode, "client": v.client,
-             "registry_sequence": v.registry_sequence, "path": list(v.path), "marked_in_log": v.marked_in_log,
-             "cause": v.cause}
-            for v in answer.verdicts
-        ],
-        "truncated": answer.truncated,
-    }  # fmt: skip
+    return report_json(query, answer.records, answer.verdicts, answer.truncated)
 
 
 def _now_ms() -> int:

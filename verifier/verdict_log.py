@@ -236,12 +236,12 @@ def impact_response(report: ImpactReport, newly_marked: int, *, marked: bool) ->
         ],
         verdicts=[
             verifier_pb2.ImpactVerdict(
-                verdict_id=v.entry.verdict_id, request_id=v.entry.request_id, time_ms=v.entry.time_ms,
-                result=v.entry.verdict, records=v.records, status=status, mode=v.entry.mode, client=v.entry.client,
-                registry_sequence=v.entry.registry_sequence, path=[r.digest for r in v.entry.records],
-                marked_in_log=v.entry.needs_revalidation or marked, cause=v.entry.revalidation_cause,
+                verdict_id=v.verdict_id, request_id=v.request_id, time_ms=v.time_ms, result=v.result,
+                records=v.records, status=status, mode=v.mode, client=v.client,
+                registry_sequence=v.registry_sequence, path=v.path, marked_in_log=v.marked_in_log or marked,
+                cause=v.cause,
             )
-            for v in report.verdicts
+            for v in (affected.logged() for affected in report.verdicts)
         ],
         truncated=report.truncated,
         newly_marked=newly_marked,

@@ -26,14 +26,7 @@ Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
 from countersign.client.errors import ServiceError
 from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
-from countersign.client.results import (
-    Grant,
-    ImpactAnswer,
-    ImpactedRecord,
-    ImpactedVerdict,
-    SessionVerifierVerdict,
-    VerifierVerdict,
-)
+from countersign.client.results import Grant, ImpactAnswer, SessionVerifierVerdict, VerifierVerdict
 from countersign.client.retry import (
     Attempt,
     IssueOutcome,
@@ -76,8 +69,6 @@ __all__ = [
     "Grant",
     "HandoffError",
     "ImpactAnswer",
-    "ImpactedRecord",
-    "ImpactedVerdict",
     "IssueOutcome",
     "OperatorClient",
     "OutputEmitter",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from countersign.impact import AffectedRecord, LoggedVerdict
 from countersign.reasons import Reason, VerificationResult
 from countersign.sessions import SessionSummary
 
@@ -75,43 +76,13 @@ class SessionVerifierVerdict:
 
 
 @dataclass(frozen=True)
-class ImpactedRecord:
-    """A record in an impact answer's closure: one the query names (``seed``) or one below it.
-    ``depends_on``: its parents (in some logged path) that are affected too."""
-
-    digest: str
-    deployer: str
-    key_id: str
-    seed: bool
-    depends_on: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ImpactedVerdict:
-    """A logged accepted verdict whose path holds an affected record: what was accepted, when, for
-    whom, and which of its records (``records``, root first) the query affects."""
-
-    verdict_id: str
-    request_id: str
-    time_ms: int
-    result: str  # ACCEPT: only accepted verdicts are affected
-    mode: str
-    client: str
-    registry_sequence: int
-    path: tuple[str, ...]  # every record digest of its path, root first
-    records: tuple[str, ...]
-    marked_in_log: bool
-    cause: str
-
-
-@dataclass(frozen=True)
 class ImpactAnswer:
     """A verifier's answer to "what depended on this key, record or deployer?" (``Impact``): every
     affected record and logged verdict, each NEEDS_REVALIDATION. ``truncated``: a lookup hit the
     verifier's limit; ask again with a later ``since_ms``. ``newly_marked``: verdicts this call
     flagged in the log (with ``mark=True``)."""
 
-    records: tuple[ImpactedRecord, ...]
-    verdicts: tuple[ImpactedVerdict, ...]
+    records: tuple[AffectedRecord, ...]
+    verdicts: tuple[LoggedVerdict, ...]
     truncated: bool
     newly_marked: int

@@ -12,14 +12,9 @@ import grpc
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.errors import from_rpc_error
 from countersign.client.lanes import Lanes, unary
-from countersign.client.results import (
-    ImpactAnswer,
-    ImpactedRecord,
-    ImpactedVerdict,
-    SessionVerifierVerdict,
-    VerifierVerdict,
-)
+from countersign.client.results import ImpactAnswer, SessionVerifierVerdict, VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
+from countersign.impact import AffectedRecord, LoggedVerdict
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
 from countersign.sessions import SessionEvidence, SessionSummary
@@ -135,19 +130,19 @@ def _impact_request(
 def _impact_answer(response: verifier_pb2.ImpactResponse) -> ImpactAnswer:
     return ImpactAnswer(
         records=tuple(
-            ImpactedRecord(r.digest, r.deployer, r.key_id, r.seed, tuple(r.depends_on)) for r in response.records
+            AffectedRecord(r.digest, tuple(r.depends_on), r.seed, r.deployer, r.key_id) for r in response.records
         ),
         verdicts=tuple(
-            ImpactedVerdict(
+            LoggedVerdict(
                 v.verdict_id,
                 v.request_id,
                 v.time_ms,
                 v.result,
+                tuple(v.records),
                 v.mode,
                 v.client,
                 v.registry_sequence,
                 tuple(v.path),
-                tuple(v.records),
                 v.marked_in_log,
                 v.cause,
             )

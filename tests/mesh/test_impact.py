@@ -19,6 +19,7 @@ from countersign.admission import StatementKind
 from countersign.client import AsyncVerifierClient, ImpactAnswer, SignerClient
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
+from tests.coordinator.test_operator_cli import tls
 from tests.mesh.helpers import channel_to, delegate, poll, scrape, service_error, sha256, verifier_stub
 
 pytestmark = pytest.mark.daemons
@@ -121,17 +122,7 @@ def test_a_revocation_marks_the_verdicts_that_relied_on_the_key(make_mesh: Calla
     assert text.returncode == 0 and "6 verdict(s) NEEDS_REVALIDATION" in text.stdout, text.stdout + text.stderr
     # Or asks the running verifier over mTLS (an auditor with a client certificate, no store access):
     # the same report, JSON and text.
-    tls = mesh.tls_for("client")
-    remote = [
-        "--verifier",
-        mesh.daemons["verifier-0"].address,
-        "--ca",
-        tls.ca,
-        "--cert",
-        tls.cert,
-        "--tls-key",
-        tls.key,
-    ]
+    remote = ["--verifier", mesh.daemons["verifier-0"].address, *tls(mesh, "client")]
     asked = subprocess.run(
         [sys.executable, "-m", "countersign_cli", "impact", "--key", b_key, *remote, "--json"],
         capture_output=True, text=True, timeout=60, check=False,

@@ -24,6 +24,7 @@ from countersign.registry import KeyEntry, Registry
 from countersign.sessions import SessionEvidence
 from countersign.state import DependencyKind
 from countersign_cli.localmesh import LocalMesh
+from tests.coordinator.test_operator_cli import tls
 from tests.mesh.helpers import channel_to, service_error, sha256, verifier_stub
 from verifier.stores import open_store
 
@@ -226,17 +227,7 @@ def test_verify_session_remote_prints_the_offline_verdict(mesh: LocalMesh, tmp_p
     folder = write_session(signed, tmp_path / "session")
     keys = {d: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for d, k in mesh.deployer_keys.items()}
     (tmp_path / "registry.json").write_text(json.dumps(Registry(keys).to_json()))
-    tls = mesh.tls_for("client")
-    remote = [
-        "--verifier",
-        mesh.daemons["verifier-0"].address,
-        "--ca",
-        tls.ca,
-        "--cert",
-        tls.cert,
-        "--tls-key",
-        tls.key,
-    ]
+    remote = ["--verifier", mesh.daemons["verifier-0"].address, *tls(mesh, "client")]
     where = ["--path", str(folder / "agent.json"), "--receipts", str(folder / "receipts"),
              "--outputs", str(folder / "outputs"), "--closed"]  # fmt: skip
     offline = cli("verify-session", *where, "--registry", str(tmp_path / "registry.json"))
