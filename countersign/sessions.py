@@ -55,6 +55,7 @@ from countersign.verify import (
     edge_violation,
     malformed_result,
     output_digest,
+    policy_refusal,
     replay_key,
     walk,
 )
@@ -369,23 +370,30 @@ def check_session(
     if require_closed and last.close is None:
         return _reject(Reason.SESSION_TRUNCATED, None, f"the session ends after {len(receipts)} receipts, unclosed")
     if consumer_policy is not None:
-        refused = _policy_violation(session, consumer_policy, registry.sequence, now_ms, closed=last.close is not None)
+        refused = session_policy_refusal(session, consumer_policy, registry.sequence, now_ms)
         if refused is not None:
             return SessionCheck(refused)
     return SessionCheck(VerificationResult.accept(), SessionAdmission(tuple(edges), tuple(leaves)))
 
 
-def _policy_violation(
-    session: SessionEvidence, consumer_policy: ConsumerPolicy, registry_sequence: int, now_ms: int, *, closed: bool
+def session_policy_refusal(
+    session: SessionEvidence, consumer_policy: ConsumerPolicy, registry_sequence: int, now_ms: int
 ) -> VerificationResult | None:
-    """Step C for a verified session (spec 16.3): each receipt's path in order, told whether the
-    session ends with its close receipt (``closed``); the first refusal, at that receipt's position,
-    with the session's attribution. None when every receipt is allowed."""
-    for index, receipt in enumerate(session.receipts):
+    """Step C for a session (spec 16.3): each receipt's path in order, told whether the session ends
+    with its close receipt; the first refusal, at that receipt's position, with the session's
+    attribution. None when every receipt is allowed, or when a receipt has no output section (only
+    for evidence not yet verified, spec 16.4: the verifier then rejects it without touching its
+    state). Pure; never raises for parsed evidence."""
+    receipts = session.receipts
+    if any(receipt.record.output is None for receipt in receipts):
+        return None
+    last = receipts[-1].record.output
+    closed = last is not None and last.close is not None
+    for index, receipt in enumerate(receipts):
         path = Path((*session.agent.envelopes, receipt))
-        violation = consumer_policy.violation(path, attribute(path, registry_sequence), now_ms, session_closed=closed)
-        if violation is not None:
-            detail = f"path envelope {'null' if violation.index is None else violation.index}: {violation.describe()}"
+        found = policy_refusal(path, consumer_policy, attribute(path, registry_sequence), now_ms, session_closed=closed)
+        if found is not None:
+            detail = f"path envelope {'null' if found.index is None else found.index}: {found.detail}"
             return VerificationResult.reject(
                 Reason.CONSUMER_POLICY_VIOLATION, index, detail, session_attribution(session, registry_sequence)
             )

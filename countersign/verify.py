@@ -182,11 +182,9 @@ def verify_path(
         return _reject(Reason.OUTPUT_MISMATCH, leaf_index, "SHA-256 of the output differs from the signed hash")
     attribution = attribute(path, registry.sequence)
     if consumer_policy is not None:
-        violation = consumer_policy.violation(path, attribution, now_ms)
-        if violation is not None:
-            return VerificationResult.reject(
-                Reason.CONSUMER_POLICY_VIOLATION, violation.index, violation.describe(), attribution
-            )
+        refusal = policy_refusal(path, consumer_policy, attribution, now_ms)
+        if refusal is not None:  # a reject is falsy: compare with None
+            return refusal
     leaf_nonce = LeafNonce(
         replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index, request_id
     )
@@ -201,6 +199,43 @@ def verify_path(
         )
         return VerificationResult.reject(rejection.reason, rejection.index, detail, attribution)
     return VerificationResult.accept(attribution)
+
+
+def policy_refusal(
+    path: Path, consumer_policy: ConsumerPolicy, attribution: Attribution, now_ms: int, *, session_closed: bool = False
+) -> VerificationResult | None:
+    """Step C (docs/spec.md 16.2): the ``CONSUMER_POLICY_VIOLATION`` verdict ``consumer_policy`` gives
+    ``path``, whose ``attribution`` it is, at ``now_ms``; None when the policy allows it."""
+    violation = consumer_policy.violation(path, attribution, now_ms, session_closed=session_closed)
+    if violation is None:
+        return None
+    return VerificationResult.reject(
+        Reason.CONSUMER_POLICY_VIOLATION, violation.index, violation.describe(), attribution
+    )
+
+
+def presented_policy_refusal(path: Path, consumer_policy: ConsumerPolicy, now_ms: int) -> VerificationResult | None:
+    """What ``consumer_policy`` says of ``path`` as presented, before it is verified (spec 16.4): a
+    client that asks a verifier decides here whether to ask in audit mode, so that a path its policy
+    refuses consumes nothing. The refusal is only a verdict through :func:`refusal_after_audit`.
+    None when the policy allows the path, or when its leaf has no output section (the verifier then
+    rejects it without touching its state). Pure; never raises for a parsed path."""
+    if path.leaf.record.output is None:
+        return None
+    return policy_refusal(path, consumer_policy, attribute(path, 0), now_ms)
+
+
+def refusal_after_audit(audited: VerificationResult, refusal: VerificationResult) -> VerificationResult:
+    """The verdict on evidence that a consumer policy refused as presented, given a verifier's audit
+    of the same evidence: the checks come before the policy (spec 16.2), so a reject they decided
+    stands; an accept, or a reject decided after them (``NONCE_REPLAYED``, ``FANOUT_EXCEEDED``: the
+    evidence's attribution is set), gives way to the refusal, which then carries the verifier's
+    attribution. The same verdict as applying the policy in the verifier (spec 16.4)."""
+    if not audited and audited.attribution is None:
+        return audited
+    return VerificationResult.reject(
+        Reason.CONSUMER_POLICY_VIOLATION, refusal.index, refusal.detail, audited.attribution
+    )
 
 
 def attribute(path: Path, registry_sequence: int) -> Attribution:

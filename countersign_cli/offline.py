@@ -72,7 +72,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     verify.add_argument(
         "--policy",
-        help="consumer policy file (docs/spec.md section 16) applied after verification; offline only",
+        help="consumer policy file (docs/spec.md section 16) applied after verification; with --verifier it is "
+        "applied here, and a path it refuses is only audited (consumes nothing)",
     )
     verify.add_argument(
         "--unsafe-allow-baselines",
@@ -121,7 +122,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
     verify_session.add_argument(
         "--policy",
-        help="consumer policy file (docs/spec.md section 16) applied to each receipt's path; offline only",
+        help="consumer policy file (docs/spec.md section 16) applied to each receipt's path; with --verifier it "
+        "is applied here, and a session it refuses is only audited (consumes nothing)",
     )
     verify_session.set_defaults(handler=cmd_verify_session)
 
@@ -304,8 +306,6 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
     if args.verifier and (args.registry or args.now_ms is not None):
         raise UsageError("--registry and --now-ms verify offline, not with --verifier")
-    if args.verifier and args.policy:
-        raise UsageError("--policy FILE applies to offline verification, not with --verifier")
     if not args.verifier and not args.registry:
         raise UsageError("verify-session needs --registry (offline) or --verifier HOST:PORT")
     registry = None if args.verifier else load_registry(args.registry)
@@ -327,7 +327,7 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         result = malformed_result(exc)  # remotely too: evidence that does not parse is not sent
     else:
         if registry is None:
-            return verify_session_remotely(args, session, outputs)
+            return verify_session_remotely(args, session, outputs, consumer_policy)
         result = check_session(
             session, outputs, registry=registry, now_ms=args.now_ms if args.now_ms is not None else now_ms(),
             require_closed=args.closed, policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms),
@@ -345,8 +345,14 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
     return EXIT_OK if result else EXIT_REJECTED
 
 
-def verify_session_remotely(args: argparse.Namespace, session: SessionEvidence, outputs: list[bytes | None]) -> int:
-    """Ask a verifier service (VerifySession); print the same verdict object as offline."""
+def verify_session_remotely(
+    args: argparse.Namespace,
+    session: SessionEvidence,
+    outputs: list[bytes | None],
+    consumer_policy: ConsumerPolicy | None,
+) -> int:
+    """Ask a verifier service (VerifySession), ``consumer_policy`` applied here (spec 16.4); print the
+    same verdict object as offline."""
     from countersign.client import VerifierClient
     from countersign.client.errors import ServiceError
     from countersign_cli.services import client_tls, verifier_refused
@@ -354,7 +360,9 @@ def verify_session_remotely(args: argparse.Namespace, session: SessionEvidence, 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
     presented = None if all(o is None for o in outputs) else outputs
     try:
-        result = client.verify_session(session, presented, audit=args.audit, require_closed=args.closed).result
+        result = client.verify_session(
+            session, presented, audit=args.audit, require_closed=args.closed, consumer_policy=consumer_policy
+        ).result
     except ServiceError as exc:
         raise verifier_refused(args, exc) from None
     finally:
@@ -373,10 +381,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.verifier:
         if args.registry_log or args.at_evidence_time:
             raise UsageError("--registry-log and --at-evidence-time verify offline, not with --verifier")
-        if args.policy:
-            # A verifier applies only the named policies it is configured with (docs/api.md).
-            raise UsageError("--policy FILE applies to offline verification, not with --verifier")
-        return verify_remotely(args, path_bytes, output)
+        return verify_remotely(args, path_bytes, output, None if args.policy is None else load_policy(args.policy))
     from countersign_cli.audit import registry_from_args, verification_time
 
     registry = registry_from_args(args)
@@ -424,15 +429,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if result else EXIT_REJECTED
 
 
-def verify_remotely(args: argparse.Namespace, path_bytes: bytes, output: bytes) -> int:
-    """Ask a verifier service; print the same verdict object as offline verification."""
+def verify_remotely(
+    args: argparse.Namespace, path_bytes: bytes, output: bytes, consumer_policy: ConsumerPolicy | None
+) -> int:
+    """Ask a verifier service, ``consumer_policy`` applied here (spec 16.4); print the same verdict
+    object as offline verification."""
     from countersign.client import VerifierClient
     from countersign.client.errors import ServiceError
     from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))
     try:
-        result = client.verify(path_bytes, output, audit=args.audit).result
+        result = client.verify(path_bytes, output, audit=args.audit, consumer_policy=consumer_policy).result
     except ServiceError as exc:
         raise verifier_refused(args, exc) from None
     finally:

@@ -51,6 +51,7 @@ from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerCli
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.errors import ConfigError, ErrorCode, MalformedError
+from countersign.policy import ConsumerPolicy
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path, parse_json
 from countersign.registry import Registry
@@ -457,11 +458,13 @@ def verify_offline(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     policy: VerifierPolicy = DEFAULT_POLICY,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """The core's verification of ``path`` for ``output`` against ``registry``, in this process.
 
     ``state`` keeps consumed nonces and child sets between calls; without one, each call starts from an
-    empty state, so a replay across calls is not detected (pass a durable state, or use a verifier)."""
+    empty state, so a replay across calls is not detected (pass a durable state, or use a verifier).
+    ``consumer_policy``: step C (docs/spec.md 16.3); a path it refuses consumes nothing."""
     if not isinstance(path, Path):
         try:
             path = Path.from_bytes(path)
@@ -475,6 +478,7 @@ def verify_offline(
         mode=Mode.AUDIT if audit else Mode.ACCEPT,
         now_ms=_now_ms() if now_ms is None else now_ms,
         policy=policy,
+        consumer_policy=consumer_policy,
     )
     return _verdict(result, path, registry.sequence)
 
@@ -510,6 +514,7 @@ def verify_path(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """Check ``path`` (a Path, or its bytes as received) for the exact ``output`` bytes (or their
     :class:`~countersign.verify.OutputDigest`). Online, only the output's SHA-256 is sent, hashed in
@@ -520,18 +525,23 @@ def verify_path(
     registry file; see :func:`verify_offline` for ``state``); with neither, from
     ``COUNTERSIGN_VERIFIER`` or ``COUNTERSIGN_REGISTRY``. Accept mode by default: a verifier consumes
     the leaf nonce, so the same path shown again is ``NONCE_REPLAYED``; ``audit=True`` consumes nothing.
+    ``consumer_policy``: your own policy (:func:`countersign.policy.parse_policy`), the same verdict
+    online and offline: a path it refuses is ``CONSUMER_POLICY_VIOLATION`` and consumes nothing (spec
+    16.4).
 
     A rejected path is a verdict, not an error. Raises ServiceError when the verifier refuses the
     request or cannot be reached, ConfigError when there is nowhere to verify."""
     where, offline = _where(verifier, registry, environ)
     if offline is not None:
-        return verify_offline(path, output, offline, audit=audit, state=state, now_ms=now_ms)
+        return verify_offline(
+            path, output, offline, audit=audit, state=state, now_ms=now_ms, consumer_policy=consumer_policy
+        )
     if isinstance(where, VerifierClient):
-        return _from_service(where.verify(path, output, audit=audit), path)
+        return _from_service(where.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
     if not isinstance(where, str):
         raise TypeError(f"verifier must be a VerifierClient or host:port, not {type(where).__name__}")
     with VerifierClient(where, tls_from_env(environ) if tls is None else tls, lanes=0) as client:
-        return _from_service(client.verify(path, output, audit=audit), path)
+        return _from_service(client.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
 
 
 async def averify_path(
@@ -545,18 +555,21 @@ async def averify_path(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """:func:`verify_path` for an event loop: online through an :class:`AsyncVerifierClient` (or a
     host:port); offline the same in-process check (about a millisecond of CPU)."""
     where, offline = _where(verifier, registry, environ)
     if offline is not None:
-        return verify_offline(path, output, offline, audit=audit, state=state, now_ms=now_ms)
+        return verify_offline(
+            path, output, offline, audit=audit, state=state, now_ms=now_ms, consumer_policy=consumer_policy
+        )
     if isinstance(where, AsyncVerifierClient):
-        return _from_service(await where.verify(path, output, audit=audit), path)
+        return _from_service(await where.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
     if not isinstance(where, str):
         raise TypeError(f"verifier must be an AsyncVerifierClient or host:port, not {type(where).__name__}")
     async with AsyncVerifierClient(where, tls_from_env(environ) if tls is None else tls) as client:
-        return _from_service(await client.verify(path, output, audit=audit), path)
+        return _from_service(await client.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
 
 
 def _from_service(answer: VerifierVerdict, path: Path | bytes) -> PathVerdict:
@@ -625,6 +638,7 @@ def verify_session_offline(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     policy: VerifierPolicy = DEFAULT_POLICY,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionVerdict:
     """The core's session verification (:func:`countersign.sessions.verify_session`) in this process;
     ``state`` as for :func:`verify_offline`."""
@@ -639,7 +653,7 @@ def verify_session_offline(
     result = core_verify_session(
         evidence, outputs, registry=registry, state=InMemoryState() if state is None else state,
         mode=Mode.AUDIT if audit else Mode.ACCEPT, now_ms=_now_ms() if now_ms is None else now_ms,
-        require_closed=require_closed, policy=policy,
+        require_closed=require_closed, policy=policy, consumer_policy=consumer_policy,
     )  # fmt: skip
     return _session_verdict(result, evidence, None, registry.sequence)
 
@@ -656,6 +670,7 @@ def verify_session(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionVerdict:
     """Check one agent's session: ``session`` is the receipt paths in session order (as
     :meth:`Runtime.receipt` returned them), or :class:`countersign.sessions.SessionEvidence` (or its
@@ -665,22 +680,28 @@ def verify_session(
     :func:`tls_from_env`), or ``registry`` offline, or ``COUNTERSIGN_VERIFIER`` /
     ``COUNTERSIGN_REGISTRY``. Accept mode by default: every receipt's nonce is consumed, all or
     nothing; ``audit=True`` consumes nothing. ``require_closed``: the session must end with its close
-    receipt. A rejected session is a verdict; raises ServiceError when the verifier refuses or cannot
-    be reached, ConfigError when there is nowhere to verify, ValueError when ``outputs`` does not
-    have one entry per receipt (offline)."""
+    receipt. ``consumer_policy``: your own, applied to each receipt's path as for :func:`verify_path`
+    (spec 16.3, 16.4). A rejected session is a verdict; raises ServiceError when the verifier refuses
+    or cannot be reached, ConfigError when there is nowhere to verify, ValueError when ``outputs``
+    does not have one entry per receipt (offline)."""
     where, offline = _where(verifier, registry, environ)
     if offline is not None:
         return verify_session_offline(
-            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms
-        )
+            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms,
+            consumer_policy=consumer_policy,
+        )  # fmt: skip
     evidence = session_evidence(session)
     if isinstance(where, VerifierClient):
-        answer = where.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+        answer = where.verify_session(
+            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
+        )
         return _from_session_service(answer, evidence)
     if not isinstance(where, str):
         raise TypeError(f"verifier must be a VerifierClient or host:port, not {type(where).__name__}")
     with VerifierClient(where, tls_from_env(environ) if tls is None else tls, lanes=0) as client:
-        answer = client.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+        answer = client.verify_session(
+            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
+        )
     return _from_session_service(answer, evidence)
 
 
@@ -696,21 +717,27 @@ async def averify_session(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionVerdict:
     """:func:`verify_session` for an event loop (online through an :class:`AsyncVerifierClient`)."""
     where, offline = _where(verifier, registry, environ)
     if offline is not None:
         return verify_session_offline(
-            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms
-        )
+            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms,
+            consumer_policy=consumer_policy,
+        )  # fmt: skip
     evidence = session_evidence(session)
     if isinstance(where, AsyncVerifierClient):
-        answer = await where.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+        answer = await where.verify_session(
+            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
+        )
         return _from_session_service(answer, evidence)
     if not isinstance(where, str):
         raise TypeError(f"verifier must be an AsyncVerifierClient or host:port, not {type(where).__name__}")
     async with AsyncVerifierClient(where, tls_from_env(environ) if tls is None else tls) as client:
-        answer = await client.verify_session(evidence, outputs, audit=audit, require_closed=require_closed)
+        answer = await client.verify_session(
+            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
+        )
     return _from_session_service(answer, evidence)
 
 

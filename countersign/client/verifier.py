@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
+from typing import TypeVar
 
 import grpc
 
@@ -14,11 +16,15 @@ from countersign.client.errors import from_rpc_error
 from countersign.client.lanes import Lanes, unary
 from countersign.client.results import ImpactAnswer, SessionVerifierVerdict, VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
+from countersign.errors import MalformedError
 from countersign.impact import AffectedRecord, LoggedVerdict
+from countersign.policy import ConsumerPolicy
 from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdict, VerificationResult
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
-from countersign.sessions import SessionEvidence, SessionSummary
-from countersign.verify import OutputDigest
+from countersign.sessions import SessionEvidence, SessionSummary, session_policy_refusal
+from countersign.verify import OutputDigest, presented_policy_refusal, refusal_after_audit
+
+_Verdict = TypeVar("_Verdict", VerifierVerdict, SessionVerifierVerdict)
 
 
 def new_request_id() -> str:
@@ -43,6 +49,40 @@ def _request(
     return verifier_pb2.VerifyPathRequest(
         path=data, output_sha256=digest.sha256, mode=mode, request_id=request_id, policy=policy
     )
+
+
+# --- a consumer's own policy (docs/spec.md 16.4): judged here on the evidence as presented; what it
+# refuses is asked in audit mode, so it consumes nothing, and is refused once the verifier's checks held.
+
+
+def _path_refusal(path: Path | bytes, consumer_policy: ConsumerPolicy | None) -> VerificationResult | None:
+    if consumer_policy is None:
+        return None
+    if not isinstance(path, Path):
+        try:
+            path = Path.from_bytes(path)
+        except MalformedError:  # the verifier answers MALFORMED, consuming nothing
+            return None
+    return presented_policy_refusal(path, consumer_policy, time.time_ns() // 1_000_000)
+
+
+def _session_refusal(
+    session: SessionEvidence | bytes, consumer_policy: ConsumerPolicy | None
+) -> VerificationResult | None:
+    if consumer_policy is None:
+        return None
+    if not isinstance(session, SessionEvidence):
+        try:
+            session = SessionEvidence.from_bytes(session)
+        except MalformedError:
+            return None
+    return session_policy_refusal(session, consumer_policy, 0, time.time_ns() // 1_000_000)
+
+
+def _refused(verdict: _Verdict, refusal: VerificationResult | None) -> _Verdict:
+    """The verifier's verdict, or, when the consumer's policy refused the evidence, its refusal once
+    the verifier's (audit-mode) checks held."""
+    return verdict if refusal is None else replace(verdict, result=refusal_after_audit(verdict.result, refusal))
 
 
 def _attribution(message: common_pb2.Attribution, registry_sequence: int) -> Attribution:
@@ -182,6 +222,7 @@ class VerifierClient:
         timeout_s: float = 10.0,
         request_id: str | None = None,
         policy: str = "",
+        consumer_policy: ConsumerPolicy | None = None,
     ) -> VerifierVerdict:
         """The verifier's verdict on ``path`` (a Path, or its bytes as received) for the exact
         ``output`` bytes, or their :class:`~countersign.verify.OutputDigest` (the client always sends
@@ -190,12 +231,17 @@ class VerifierClient:
         ``request_id``: the idempotency key of this logical request (docs/api.md); by default a fresh
         random 128-bit one, returned as the verdict's ``request_id``: pass it again to retry this request
         after a lost answer (the answer is then marked ``retry_of_ms``); ``""`` sends none. ``policy``: the
-        name of a consumer policy configured on the verifier (spec section 16; empty: none). A rejected path
-        is a verdict, not an error; raises ServiceError when the verifier refuses the request or cannot be
-        reached."""
+        name of a consumer policy configured on the verifier (spec section 16; empty: none).
+        ``consumer_policy``: the caller's own policy (:func:`countersign.policy.parse_policy`), applied in
+        this process as spec 16.4 says: a path it refuses is asked in audit mode, so it consumes nothing,
+        and is ``CONSUMER_POLICY_VIOLATION`` once the verifier's checks held (their reject otherwise): the
+        verdict the same policy gives offline. A rejected path is a verdict, not an error; raises
+        ServiceError when the verifier refuses the request or cannot be reached."""
         ask = self._lanes.ask if self._lanes is not None else self._unary
         key = _key(request_id)
-        return replace(_verdict(ask(_request(path, output, audit, key, policy), timeout_s)), request_id=key)
+        refusal = _path_refusal(path, consumer_policy)
+        request = _request(path, output, audit or refusal is not None, key, policy)
+        return _refused(replace(_verdict(ask(request, timeout_s)), request_id=key), refusal)
 
     def verify_session(
         self,
@@ -207,6 +253,7 @@ class VerifierClient:
         timeout_s: float = 30.0,
         request_id: str = "",
         policy: str = "",
+        consumer_policy: ConsumerPolicy | None = None,
     ) -> SessionVerifierVerdict:
         """The verifier's verdict on one agent's session (``VerifySession``, docs/spec.md 17.5):
         ``session`` (SessionEvidence, or its JSON bytes), and optionally ``outputs[i]``, the exact
@@ -216,9 +263,11 @@ class VerifierClient:
         is a verdict; raises ServiceError when the verifier refuses the request (for instance more
         receipts than it takes in one request: INVALID_ARGUMENT) or cannot be reached. ``policy``: the
         name of a consumer policy configured on the verifier, applied to each receipt's path (spec
-        16.3; empty: none; an unknown name is INVALID_ARGUMENT)."""
-        request = _session_request(session, outputs, audit, require_closed, request_id, policy)
-        return _session_verdict(self._verify_session(request, timeout_s))
+        16.3; empty: none; an unknown name is INVALID_ARGUMENT). ``consumer_policy``: the caller's own,
+        applied in this process as for :meth:`verify` (spec 16.4)."""
+        refusal = _session_refusal(session, consumer_policy)
+        request = _session_request(session, outputs, audit or refusal is not None, require_closed, request_id, policy)
+        return _refused(_session_verdict(self._verify_session(request, timeout_s)), refusal)
 
     def impact(
         self,
@@ -273,14 +322,17 @@ class AsyncVerifierClient:
         timeout_s: float = 10.0,
         request_id: str | None = None,
         policy: str = "",
+        consumer_policy: ConsumerPolicy | None = None,
     ) -> VerifierVerdict:
         """See :meth:`VerifierClient.verify`."""
         key = _key(request_id)
+        refusal = _path_refusal(path, consumer_policy)
+        request = _request(path, output, audit or refusal is not None, key, policy)
         try:
-            response = await self._stub.VerifyPath(_request(path, output, audit, key, policy), timeout=timeout_s)
+            response = await self._stub.VerifyPath(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        return replace(_verdict(response), request_id=key)
+        return _refused(replace(_verdict(response), request_id=key), refusal)
 
     async def verify_session(
         self,
@@ -292,14 +344,16 @@ class AsyncVerifierClient:
         timeout_s: float = 30.0,
         request_id: str = "",
         policy: str = "",
+        consumer_policy: ConsumerPolicy | None = None,
     ) -> SessionVerifierVerdict:
         """See :meth:`VerifierClient.verify_session`."""
-        request = _session_request(session, outputs, audit, require_closed, request_id, policy)
+        refusal = _session_refusal(session, consumer_policy)
+        request = _session_request(session, outputs, audit or refusal is not None, require_closed, request_id, policy)
         try:
             response = await self._stub.VerifySession(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        return _session_verdict(response)
+        return _refused(_session_verdict(response), refusal)
 
     async def impact(
         self,

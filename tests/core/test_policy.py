@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -42,7 +43,14 @@ from countersign.records import (
 )
 from countersign.samples import SampleMesh
 from countersign.state import InMemoryState
-from countersign.verify import Mode, VerifierPolicy, attribute, verify_path
+from countersign.verify import (
+    Mode,
+    VerifierPolicy,
+    attribute,
+    presented_policy_refusal,
+    refusal_after_audit,
+    verify_path,
+)
 
 from .strategies import DEPLOYERS, MESH, NOW_MS, valid_paths
 
@@ -336,3 +344,50 @@ def test_no_policy_and_a_bad_path_are_unchanged() -> None:
         consumer_policy=UnsafeAllowAll(),
     )  # fmt: skip
     assert rejected.reason is Reason.OUTPUT_MISMATCH  # verification comes first; a policy loosens nothing
+
+
+# --- a consumer's own policy with a verifier (spec 16.4) ------------------------------------------
+
+MUTATIONS = ("none", "wrong output", "signature of another record", "no output section", "replayed")
+
+
+def _mutated(path: Path, output: bytes, mutation: str) -> tuple[Path, bytes]:
+    if mutation == "wrong output":
+        return path, output + b"!"
+    if mutation == "signature of another record" and path.leaf.sig is not None and len(path) > 1:
+        return Path((*path.envelopes[:-1], path.leaf.with_sig(path.envelopes[0].sig))), output
+    if mutation == "no output section":  # re-issued unsigned-looking: the record changes, so its signature fails
+        leaf = path.leaf
+        record = dataclasses.replace(leaf.record, output=None)
+        return Path((*path.envelopes[:-1], Envelope.build(record, leaf.sig))), output
+    return path, output
+
+
+@given(valid_paths(), policies, st.sampled_from(MUTATIONS))
+def test_a_policy_judged_before_an_audit_gives_the_verdict_of_the_policy_in_the_verifier(
+    presented: tuple[Path, bytes], policy: ConsumerPolicy, mutation: str
+) -> None:
+    """Spec 16.4: judging the evidence as presented, then asking in audit mode only what the policy
+    refuses (refusal_after_audit), reaches the verdict, reason, index and detail that step C in the
+    verifier reaches, and leaves the state as it leaves it, over valid and mutated paths."""
+    path, output = _mutated(*presented, mutation)
+    inside, outside = InMemoryState(), InMemoryState()
+    if mutation == "replayed":
+        for state in (inside, outside):
+            verify_path(path, output, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW_MS,
+                        policy=BASELINES)  # fmt: skip
+    in_verifier = verify_path(
+        path, output, registry=MESH.registry, state=inside, mode=Mode.ACCEPT, now_ms=NOW_MS, policy=BASELINES,
+        consumer_policy=policy,
+    )  # fmt: skip
+    refusal = presented_policy_refusal(path, policy, NOW_MS)
+    asked = verify_path(
+        path, output, registry=MESH.registry, state=outside, mode=Mode.AUDIT if refusal is not None else Mode.ACCEPT,
+        now_ms=NOW_MS, policy=BASELINES,
+    )  # fmt: skip
+    by_client = asked if refusal is None else refusal_after_audit(asked, refusal)
+    assert (by_client.verdict, by_client.reason, by_client.index, by_client.detail) == (
+        in_verifier.verdict, in_verifier.reason, in_verifier.index, in_verifier.detail,
+    )  # fmt: skip
+    assert by_client.attribution == in_verifier.attribution
+    assert inside.entry_count() == outside.entry_count()

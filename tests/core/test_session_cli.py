@@ -97,7 +97,9 @@ def test_a_consumer_policy_file_gates_the_session(
         0,
     )
     assert "allowed_deployers" in str(verdict["detail"])
-    # With --verifier the verifier's own named policies apply: a file is a usage error (exit 2).
+    # With --verifier the file is read here before any call (spec 16.4): a bad one is a usage error (exit 2).
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"v": 1, "policy": {"allowed_deployers": []')
     code = main(["verify-session", "--path", str(sample / "agent.json"), "--receipts", str(sample / "receipts"),
-                 "--verifier", "127.0.0.1:1", "--policy", str(closed_only)])  # fmt: skip
-    assert code == 2 and "--policy FILE applies to offline verification" in capsys.readouterr().err
+                 "--verifier", "127.0.0.1:1", "--policy", str(broken)])  # fmt: skip
+    assert code == 2 and "is not a valid policy" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from countersign.client import (
     verify_path,
 )
 from countersign.errors import ConfigError
+from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign_cli.localmesh import LocalMesh
 from tests.runtime.conftest import async_runtime, mesh_registry, runtime_env
@@ -71,6 +72,32 @@ def test_another_output_is_rejected_online_and_offline(
     assert offline and offline.emitter is not None and offline.emitter.deployer == "deployer-a"
     assert offline.registry_sequence == 3
     assert verify_path(b"{not a path", b"x", registry=registry_file).reason is Reason.MALFORMED
+
+
+def test_a_consumer_policy_gives_one_verdict_online_and_offline_and_consumes_nothing(
+    runtime: Make, runtime_mesh: LocalMesh, registry_file: str
+) -> None:
+    producer = runtime("deployer-a")
+    receipt = producer.receipt(producer.root("writer-9", "research"), b"gated")
+    only_b = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-b"]}}')
+    env = consumer_env(runtime_mesh)
+    online = verify_path(receipt, b"gated", environ=env, consumer_policy=only_b)
+    offline = verify_path(receipt, b"gated", registry=registry_file, consumer_policy=only_b)
+    for verdict in (online, offline):
+        assert (verdict.reason, verdict.result.index, verdict.emitter) == (Reason.CONSUMER_POLICY_VIOLATION, 0, None)
+        assert verdict.result.detail == "allowed_deployers: record 0 is issued by deployer-a, not allowed"
+    assert verify_path(receipt, b"gated", environ=env), "the refusal consumed the leaf nonce"
+    only_a = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-a"]}}')
+    fresh = producer.receipt(producer.root("writer-10", "research"), b"allowed")
+    assert verify_path(fresh, b"allowed", environ=env, consumer_policy=only_a)
+    assert verify_path(fresh, b"allowed", environ=env, consumer_policy=only_a).reason is Reason.NONCE_REPLAYED
+
+    async def asynchronously() -> tuple[Reason | None, bool]:
+        refused = await averify_path(fresh, b"allowed", environ=env, consumer_policy=only_b)
+        offline = await averify_path(fresh, b"allowed", registry=registry_file, consumer_policy=only_a)
+        return refused.reason, bool(offline)
+
+    assert asyncio.run(asynchronously()) == (Reason.CONSUMER_POLICY_VIOLATION, True)
 
 
 def test_a_delegation_travels_as_a_string_and_is_co_signed(runtime: Make, runtime_mesh: LocalMesh) -> None:

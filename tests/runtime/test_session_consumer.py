@@ -21,6 +21,7 @@ from countersign.client import (
     verify_session,
 )
 from countersign.errors import ConfigError, PathRejected
+from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign.records import Path
 from countersign.sessions import SessionEvidence
@@ -85,6 +86,29 @@ def test_rearranged_sessions_are_rejected_online_and_offline(
     evidence = SessionEvidence(Path(receipts[0].envelopes[:-1]), tuple(r.leaf for r in receipts))
     assert verify_session(evidence.to_bytes(), registry=registry_file, audit=True)
     assert verify_session(b"{not a session", registry=registry_file).reason is Reason.MALFORMED
+
+
+@pytest.mark.daemons
+def test_a_consumer_policy_gates_the_session_online_and_offline(
+    runtime: Make, runtime_mesh: LocalMesh, registry_file: str
+) -> None:
+    producer = runtime("deployer-a")
+    receipts, outputs = a_session(producer, "gated", 2)
+    closed_only = parse_policy(b'{"v": 1, "policy": {"require_closed_session": true}}')
+    env = runtime_env(runtime_mesh, None)
+    online = verify_session(receipts, outputs, environ=env, consumer_policy=closed_only)
+    offline = verify_session(receipts, outputs, registry=registry_file, consumer_policy=closed_only)
+    for verdict in (online, offline):
+        assert (verdict.reason, verdict.result.index, verdict.emitter) == (Reason.CONSUMER_POLICY_VIOLATION, 0, None)
+    assert online.result.detail == offline.result.detail
+    assert verify_session(receipts, outputs, environ=env), "the refusal consumed a receipt's nonce"
+    closed, closed_outputs = a_session(producer, "gated-closed", 2, closed=True)
+    assert verify_session(closed, closed_outputs, environ=env, consumer_policy=closed_only)
+
+    async def asynchronously() -> Reason | None:
+        return (await averify_session(closed, closed_outputs, environ=env, consumer_policy=closed_only)).reason
+
+    assert asyncio.run(asynchronously()) is Reason.NONCE_REPLAYED  # allowed, so asked in accept mode
 
 
 @pytest.mark.daemons
