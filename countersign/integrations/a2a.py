@@ -46,6 +46,7 @@ from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.compact import compact_path, is_compact, path_from_compact
 from countersign.errors import ErrorCode, MalformedError
+from countersign.policy import ConsumerPolicy
 from countersign.records import Path
 from countersign.registry import Registry
 
@@ -410,15 +411,20 @@ def verify_artifact(
     tls: TlsConfig | None = None,
     audit: bool = False,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """Check an artifact's receipt against the artifact's own bytes (:func:`artifact_bytes`), as
     :func:`countersign.client.verify_path` does: online, offline against a registry, or as the
-    environment says. An artifact without a receipt, or of another shape, is a MALFORMED verdict."""
+    environment says, ``consumer_policy`` as there. An artifact without a receipt, or of another shape,
+    is a MALFORMED verdict."""
     checked = _checked(artifact)
     if isinstance(checked, PathVerdict):
         return checked
     receipt, data = checked
-    return verify_path(receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ)
+    return verify_path(
+        receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
+        consumer_policy=consumer_policy,
+    )  # fmt: skip
 
 
 async def averify_artifact(
@@ -429,6 +435,7 @@ async def averify_artifact(
     tls: TlsConfig | None = None,
     audit: bool = False,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """:func:`verify_artifact` for an event loop."""
     checked = _checked(artifact)
@@ -436,5 +443,6 @@ async def averify_artifact(
         return checked
     receipt, data = checked
     return await averify_path(
-        receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ
-    )
+        receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
+        consumer_policy=consumer_policy,
+    )  # fmt: skip

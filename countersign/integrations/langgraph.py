@@ -49,6 +49,7 @@ from countersign.client.runtime import (
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.errors import ConfigError, MalformedError
+from countersign.policy import ConsumerPolicy
 from countersign.records import Path
 from countersign.registry import Registry
 
@@ -417,20 +418,22 @@ def verify_state(
     tls: TlsConfig | None = None,
     audit: bool = False,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> StateVerdict:
     """Check every receipt of a graph's final ``state`` against the bytes the state holds now (so an
     output changed after it was signed is ``OUTPUT_MISMATCH``), as :func:`countersign.client.verify_path`
-    does: online, offline against a registry, or as the environment says."""
+    does: online, offline against a registry, or as the environment says; ``consumer_policy`` (yours,
+    spec 16.4) is applied to each receipt as there."""
     checks = _outputs(state)
     if isinstance(registry, str):
         registry = load_registry(registry)
     if isinstance(verifier, str):
         with VerifierClient(verifier, tls or tls_from_env(environ), lanes=0) as client:
-            return verify_state(state, verifier=client, audit=audit)
+            return verify_state(state, verifier=client, audit=audit, consumer_policy=consumer_policy)
     return StateVerdict(
         tuple(
             (signed, verify_path(signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit,
-                                 environ=environ))
+                                 environ=environ, consumer_policy=consumer_policy))
             for signed, data in checks
         )
     )  # fmt: skip
@@ -444,6 +447,7 @@ async def averify_state(
     tls: TlsConfig | None = None,
     audit: bool = False,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> StateVerdict:
     """:func:`verify_state` for an event loop."""
     checks = _outputs(state)
@@ -451,11 +455,12 @@ async def averify_state(
         registry = load_registry(registry)
     if isinstance(verifier, str):
         async with AsyncVerifierClient(verifier, tls or tls_from_env(environ)) as client:
-            return await averify_state(state, verifier=client, audit=audit)
+            return await averify_state(state, verifier=client, audit=audit, consumer_policy=consumer_policy)
     outputs = []
     for signed, data in checks:
         verdict = await averify_path(
-            signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ
-        )
+            signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
+            consumer_policy=consumer_policy,
+        )  # fmt: skip
         outputs.append((signed, verdict))
     return StateVerdict(tuple(outputs))

@@ -70,6 +70,7 @@ from countersign.client.runtime import AsyncRuntime, PathVerdict, averify_path, 
 from countersign.client.tls import TlsConfig
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.errors import ConfigError, ErrorCode, MalformedError
+from countersign.policy import ConsumerPolicy
 from countersign.records import BindingScope, Path
 from countersign.registry import Registry
 from countersign.sessions import SessionCheck, SessionEvidence
@@ -427,6 +428,7 @@ def verify_result(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """Check a tool result's evidence against :func:`result_bytes` of the result itself, with
     :func:`countersign.client.verify_path` (the same arguments). A result whose bytes differ from
@@ -438,7 +440,7 @@ def verify_result(
     path, output = parsed
     return verify_path(
         path, output, verifier=verifier, registry=registry, tls=tls, audit=audit, state=state, now_ms=now_ms,
-        environ=environ,
+        environ=environ, consumer_policy=consumer_policy,
     )  # fmt: skip
 
 
@@ -452,6 +454,7 @@ async def averify_result(
     state: VerifierState | None = None,
     now_ms: int | None = None,
     environ: Mapping[str, str] | None = None,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> PathVerdict:
     """:func:`verify_result` for an event loop (:func:`countersign.client.averify_path`)."""
     parsed = _parsed(result)
@@ -460,7 +463,7 @@ async def averify_result(
     path, output = parsed
     return await averify_path(
         path, output, verifier=verifier, registry=registry, tls=tls, audit=audit, state=state, now_ms=now_ms,
-        environ=environ,
+        environ=environ, consumer_policy=consumer_policy,
     )  # fmt: skip
 
 
@@ -484,13 +487,15 @@ def check_session(
     registry: Registry | str,
     now_ms: int | None = None,
     require_closed: bool = False,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionCheck:
     """Check one client session's tool results as a whole, offline (docs/spec.md section 17): every
     result's receipt and bytes, one agent, ``seq`` 0, 1, 2, ... in the order given, each chained to
     the one before. A dropped result is ``SESSION_GAP``, two swapped ``SESSION_REORDERED``, one shown
     twice ``SESSION_DUPLICATE``, a changed one ``SESSION_OUTPUT_MISMATCH``. Results of concurrent
     calls are given in the order their receipts were signed (their ``seq``). Malformed evidence is a
-    ``MALFORMED`` verdict; a result without evidence raises :class:`EvidenceMissing`."""
+    ``MALFORMED`` verdict; a result without evidence raises :class:`EvidenceMissing`. ``consumer_policy``
+    (spec 16.3) is applied to each result's receipt path once the session verified."""
     import time
 
     offline = load_registry(registry) if isinstance(registry, str) else registry
@@ -499,7 +504,9 @@ def check_session(
     except MalformedError as exc:
         return SessionCheck(malformed_result(exc))
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return core_check_session(evidence, outputs, registry=offline, now_ms=now, require_closed=require_closed)
+    return core_check_session(
+        evidence, outputs, registry=offline, now_ms=now, require_closed=require_closed, consumer_policy=consumer_policy
+    )
 
 
 def delegation_meta(handoff: Delegation | str, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from countersign.integrations.a2a import (
     task_refusal,
     verify_artifact,
 )
+from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
@@ -177,6 +178,11 @@ def test_a_delegated_task_comes_back_signed_and_verifies(
     assert offline and offline.emitter is not None
     assert offline.emitter.deployer == CHILD and offline.emitter.agent == "echo"
     assert offline.emitter.lineage == ("deployer-a", CHILD, CHILD)
+    # A consumer's own policy refuses the same way online and offline, and consumes nothing (spec 16.4).
+    parent_only = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-a"]}}')
+    for where in ({"registry": registry_file}, {"verifier": verifier_address}):
+        refused = verify_artifact(artifact, consumer_policy=parent_only, **where)  # type: ignore[arg-type]
+        assert (refused.reason, refused.result.index) == (Reason.CONSUMER_POLICY_VIOLATION, 1)
     online = verify_artifact(artifact, verifier=verifier_address)
     assert online, online.result
     assert online.emitter == offline.emitter

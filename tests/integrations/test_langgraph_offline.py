@@ -29,11 +29,13 @@ from countersign.integrations.langgraph import (
     EvidenceState,
     MeshSigning,
     SignedOutput,
+    averify_state,
     merge_evidence,
     output_bytes,
     signed_node,
     verify_state,
 )
+from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign.records import Construction
 from countersign.samples import SampleMesh
@@ -54,6 +56,19 @@ def test_the_research_graph_verifies_against_the_registry(construction: Construc
     assert verdict and [s.node for s, _ in verdict.outputs] == ["planner", "researcher", "writer"]
     cosigned = [len(e.record.cosigs) for e in final["countersign"].path.envelopes]
     assert cosigned == ([0, 2, 2] if construction is Construction.SIGNED_DAG else [0, 0, 0])
+
+
+def test_a_consumer_policy_is_applied_to_every_receipt_of_the_state() -> None:
+    final = build(in_process()).invoke({"topic": "locks"})
+    two = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-a", "deployer-b"]}}')
+    verdict = verify_state(final, registry=SAMPLE.registry, consumer_policy=two)
+    refused = [(s.node, v.reason, v.result.index) for s, v in verdict.rejected]
+    assert not verdict and refused == [("writer", Reason.CONSUMER_POLICY_VIOLATION, 2)]
+
+    async def asynchronously() -> bool:
+        return bool(await averify_state(final, registry=SAMPLE.registry, consumer_policy=two))
+
+    assert asyncio.run(asynchronously()) is False
 
 
 def test_an_output_changed_in_the_final_state_is_rejected() -> None:

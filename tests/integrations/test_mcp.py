@@ -38,6 +38,7 @@ from countersign.integrations.mcp import (
     result_bytes,
     verify_result,
 )
+from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign.records import BindingScope
 from countersign_cli.localmesh import LocalMesh
@@ -175,6 +176,13 @@ def test_dropped_reordered_and_repeated_results_are_detected(runtime_mesh: Local
     assert check_session([r[0], changed], registry=registry).result.reason == Reason.SESSION_OUTPUT_MISMATCH
     # each result alone still verifies: only the session shows what is missing
     assert all(verify_result(each, registry=registry) for each in (r[0], r[2], r[3]))
+    # A consumer's own policy: an open session is not proven closed; a result alone never is.
+    closed_only = parse_policy(b'{"v": 1, "policy": {"require_closed_session": true}}')
+    refused = check_session(r, registry=registry, consumer_policy=closed_only).result
+    assert (refused.reason, refused.index) == (Reason.CONSUMER_POLICY_VIOLATION, 0)
+    assert (
+        verify_result(r[0], registry=registry, consumer_policy=closed_only).reason is Reason.CONSUMER_POLICY_VIOLATION
+    )
 
 
 # --- refusals -----------------------------------------------------------------------------------
