@@ -32,6 +32,7 @@ from countersign.client.errors import ServiceError
 from countersign.client.results import Grant
 from countersign.client.signer import SignerClient
 from countersign.client.verifier import VerifierClient, new_request_id
+from countersign.policy import ConsumerPolicy
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path
 from countersign.verify import OutputDigest
@@ -101,9 +102,11 @@ def verify_with_failover(
     *,
     audit: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    consumer_policy: ConsumerPolicy | None = None,
 ) -> VerifyOutcome:
-    """Verify ``path`` for ``output`` through ``clients`` (in order, wrapping round) under ``policy``.
-    Never raises ServiceError: every failed attempt is in the outcome's ``attempts``."""
+    """Verify ``path`` for ``output`` through ``clients`` (in order, wrapping round) under ``policy``
+    (``consumer_policy``: the caller's own, as :meth:`VerifierClient.verify` applies it). Never raises
+    ServiceError: every failed attempt is in the outcome's ``attempts``."""
     outcome = VerifyOutcome(None)
     request_id = new_request_id()  # one key for every attempt of this call
     deadline = time.monotonic() + policy.deadline_s
@@ -115,7 +118,12 @@ def verify_with_failover(
         started = time.monotonic()
         try:
             result = client.verify(
-                path, output, audit=audit, timeout_s=min(policy.attempt_timeout_s, remaining), request_id=request_id
+                path,
+                output,
+                audit=audit,
+                timeout_s=min(policy.attempt_timeout_s, remaining),
+                request_id=request_id,
+                consumer_policy=consumer_policy,
             ).result
         except ServiceError as exc:
             outcome.attempts.append(Attempt(client.address, exc.code, time.monotonic() - started, True))

@@ -23,6 +23,7 @@ from countersign.client import (
     delegate_with_retry,
     verify_with_failover,
 )
+from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
@@ -142,6 +143,12 @@ def test_verify_with_failover_moves_past_a_dead_replica(
     receipt = a.receipt(a.root("failover", "client-sdk"), sha256(output))
     tls = client_mesh.tls_for("client")
     with VerifierClient(nowhere, tls) as dead, VerifierClient(client_mesh.daemons["verifier-0"].address, tls) as live:
+        # The caller's own policy travels with every attempt; its refusal consumed nothing (spec 16.4).
+        nobody = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-nobody"]}}')
+        refused = verify_with_failover(
+            [dead, live], receipt, output, QUICK, sleep=lambda _: None, consumer_policy=nobody
+        )
+        assert refused.result is not None and refused.result.reason is Reason.CONSUMER_POLICY_VIOLATION
         outcome = verify_with_failover([dead, live], receipt, output, QUICK, sleep=lambda _: None)
         assert outcome.accepted, outcome
         assert [(t.target, t.code, t.error) for t in outcome.attempts] == [
