@@ -218,6 +218,12 @@ class VerdictLog(Protocol):
         """Durably record ``entry`` (with its records and signatures), all of it or nothing."""
         ...
 
+    def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
+        """Durably record every one of ``entries``, in one transaction (one flush) where the store
+        has them (SQLite, PostgreSQL: all or none); DynamoDB writes each as :meth:`record_verdict`
+        does. A group commit of concurrent verdicts (``countersign._daemon.group_commit``)."""
+        ...
+
     def accepts_relying_on(
         self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
     ) -> list[VerdictEntry]:
@@ -355,8 +361,12 @@ class InMemoryState:
             return len(self._nonces) + sum(len(c) for c in self._children.values())
 
     def record_verdict(self, entry: VerdictEntry) -> None:
+        self.record_verdicts([entry])
+
+    def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
         with self._lock:
-            self._verdicts[entry.verdict_id] = replace(entry, needs_revalidation=False, revalidation_cause="")
+            for entry in entries:
+                self._verdicts[entry.verdict_id] = replace(entry, needs_revalidation=False, revalidation_cause="")
 
     def accepts_relying_on(
         self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS

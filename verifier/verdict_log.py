@@ -16,6 +16,7 @@ from collections.abc import Callable
 import grpc
 import prometheus_client
 
+from countersign._daemon.group_commit import GroupCommit
 from countersign._daemon.registry_follower import now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import verifier_pb2
@@ -76,6 +77,9 @@ class VerdictRecorder:
         self._registry_now = registry_now
         self.enabled = enabled
         self._retention_ms = retention_ms
+        # Concurrent verdicts share one transaction and one flush (ADR 0032): under load each verdict
+        # costs a fraction of a commit instead of a commit of its own.
+        self._commits: GroupCommit[VerdictEntry] = GroupCommit(store.record_verdicts)
 
     def record(
         self,
@@ -106,7 +110,7 @@ class VerdictRecorder:
             retain_until_ms=time_ms + self._retention_ms,
         )
         try:
-            self._store.record_verdict(entry)
+            self._commits.submit(entry)
             if entry.accepted:
                 self._catch_up(entry, registry, time_ms)
         except StateUnavailable:

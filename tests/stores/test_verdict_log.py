@@ -261,3 +261,23 @@ def test_an_outage_refuses_to_record_and_says_so(outage_harness: StoreHarness) -
         store.record_verdict(entry(1, (record,)))
     store.record_verdict(entry(2, (record,)))
     assert [e.verdict_id for e in store.accepts_relying_on(DependencyKind.RECORD, [digest(1)])] == ["v-00002"]
+
+
+def test_a_batch_of_verdicts_is_recorded_whole(harness: StoreHarness) -> None:
+    """record_verdicts, the verifier's group commit: every verdict of the batch is logged and found;
+    SQLite and PostgreSQL write the batch in one transaction, so a batch that cannot be written
+    (here its last verdict repeats a logged id) leaves nothing of itself behind."""
+    store = opened(harness)
+    record = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0 - 1_000, ())
+    batch = [entry(n, (record,)) for n in range(1, 6)]
+    store.record_verdicts(batch)
+    assert store.verdict_count() == 5
+    found = store.accepts_relying_on(DependencyKind.RECORD, [record.digest])
+    assert [e.verdict_id for e in found] == [e.verdict_id for e in batch]
+    if harness.name in ("sqlite", "postgresql"):
+        with pytest.raises(StateUnavailable):
+            store.record_verdicts([entry(10, (record,)), entry(1, (record,))])
+        assert store.verdict_count() == 5
+        assert [e.verdict_id for e in store.accepts_relying_on(DependencyKind.RECORD, [record.digest])] == [
+            e.verdict_id for e in batch
+        ]

@@ -73,7 +73,7 @@ def error_code(status: Any) -> str:
 
 
 class FailingLog(InMemoryState):
-    def record_verdict(self, entry: VerdictEntry) -> None:
+    def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
         raise StateUnavailable("the verdict log is down")
 
 

@@ -701,6 +701,12 @@ class DynamoDbState:
             ExpressionAttributeValues={":delta": {"N": str(delta)}},
         )
 
+    def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
+        """Each as :meth:`record_verdict` (DynamoDB has no flush to share, and a transaction would
+        conflict on the shards' counters under load, ADR 0015); the first failure stops the batch."""
+        for entry in entries:
+            self.record_verdict(entry)
+
     def record_verdict(self, entry: VerdictEntry) -> None:
         """The index entries first (BatchWriteItem, unconditional and idempotent), the verdict item
         last: a verdict is never held without its index, and entries left by a write that failed

@@ -831,9 +831,14 @@ class PostgresState:
     # --- the verdict log ---------------------------------------------------------------------
 
     def record_verdict(self, entry: VerdictEntry) -> None:
-        columns = list(zip(*signature_rows(entry), strict=True)) or [()] * 8
-        with self._connection("record verdict") as conn:
-            conn.execute(self._record_sql, (*verdict_row(entry), *(list(c) for c in columns)))
+        self.record_verdicts([entry])
+
+    def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
+        """One statement per verdict inside one transaction: one WAL flush for the batch."""
+        with self._connection("record verdict") as conn, conn.transaction():
+            for entry in entries:
+                columns = list(zip(*signature_rows(entry), strict=True)) or [()] * 8
+                conn.execute(self._record_sql, (*verdict_row(entry), *(list(c) for c in columns)))
 
     def accepts_relying_on(
         self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS

@@ -283,12 +283,15 @@ class SqliteState:
     # --- the verdict log ---------------------------------------------------------------------
 
     def record_verdict(self, entry: VerdictEntry) -> None:
+        self.record_verdicts([entry])
+
+    def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
         with self._lock:
             db = self._db
             try:
                 db.execute("BEGIN IMMEDIATE")
-                db.execute(_INSERT_VERDICT, verdict_row(entry))
-                db.executemany(_INSERT_SIGNATURE, signature_rows(entry))
+                db.executemany(_INSERT_VERDICT, [verdict_row(entry) for entry in entries])
+                db.executemany(_INSERT_SIGNATURE, [row for entry in entries for row in signature_rows(entry)])
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 if db.in_transaction:
