@@ -24,14 +24,24 @@ def _range() -> tuple[int, int]:
     return low, low + width
 
 
+_handed_out: set[int] = set()  # a port is free until its server binds it: never hand it out twice
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now and not handed out before in this process: a test that names several ports
+    before starting any server (tests/docker/compose_local.py) gets distinct ones."""
     low, high = _range()
+    if len(_handed_out) > (high - low) // 2:  # a long run: start afresh (those early servers are gone)
+        _handed_out.clear()
     for _ in range(200):
         port = random.randrange(low, high)
+        if port in _handed_out:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     raise RuntimeError(f"no free port in [{low}, {high}) on {host}")
