@@ -204,7 +204,7 @@ def verify_path(
 def policy_refusal(
     path: Path, consumer_policy: ConsumerPolicy, attribution: Attribution, now_ms: int, *, session_closed: bool = False
 ) -> VerificationResult | None:
-    """Step C (docs/spec.md 16.2): the ``CONSUMER_POLICY_VIOLATION`` verdict ``consumer_policy`` gives
+    """Step C (docs/spec.md 16.3): the ``CONSUMER_POLICY_VIOLATION`` verdict ``consumer_policy`` gives
     ``path``, whose ``attribution`` it is, at ``now_ms``; None when the policy allows it."""
     violation = consumer_policy.violation(path, attribution, now_ms, session_closed=session_closed)
     if violation is None:
@@ -227,7 +227,7 @@ def presented_policy_refusal(path: Path, consumer_policy: ConsumerPolicy, now_ms
 
 def refusal_after_audit(audited: VerificationResult, refusal: VerificationResult) -> VerificationResult:
     """The verdict on evidence that a consumer policy refused as presented, given a verifier's audit
-    of the same evidence: the checks come before the policy (spec 16.2), so a reject they decided
+    of the same evidence: the checks come before the policy (spec 16.3), so a reject they decided
     stands; an accept, or a reject decided after them (``NONCE_REPLAYED``, ``FANOUT_EXCEEDED``: the
     evidence's attribution is set), gives way to the refusal, which then carries the verifier's
     attribution. The same verdict as applying the policy in the verifier (spec 16.4)."""
@@ -240,7 +240,9 @@ def refusal_after_audit(audited: VerificationResult, refusal: VerificationResult
 
 def attribute(path: Path, registry_sequence: int) -> Attribution:
     """The :class:`Attribution` of a path whose walk and output check passed: read from the records
-    the walk verified (no second verification). Callers must not use it for any other path."""
+    the walk verified (no second verification). Callers must not use it for any other path, except
+    to ask a policy about evidence not yet verified (:func:`presented_policy_refusal`, whose answer
+    counts only once a verifier's checks held), for a parsed path whose leaf has an output."""
     envelopes = path.envelopes
     leaf = envelopes[-1].record
     output = leaf.output
