@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -94,6 +94,18 @@ def unary(method: Callable[..., Any]) -> Callable[[Any, float], Any]:
     def call(request: Any, timeout_s: float) -> Any:
         try:
             return method(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    return call
+
+
+def aio_unary(method: Callable[..., Any]) -> Callable[[Any, float], Awaitable[Any]]:
+    """:func:`unary` for a ``grpc.aio`` stub method: ``await call(request, timeout_s)``."""
+
+    async def call(request: Any, timeout_s: float) -> Any:
+        try:
+            return await method(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 

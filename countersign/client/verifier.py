@@ -9,11 +9,8 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TypeVar
 
-import grpc
-
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
-from countersign.client.errors import from_rpc_error
-from countersign.client.lanes import Lanes, unary
+from countersign.client.lanes import Lanes, aio_unary, unary
 from countersign.client.results import ImpactAnswer, SessionVerifierVerdict, VerifierVerdict
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
 from countersign.errors import MalformedError
@@ -311,7 +308,10 @@ class AsyncVerifierClient:
 
     def __post_init__(self) -> None:
         self._channel = open_aio_channel(self.address, self.tls, verifier_dns())
-        self._stub = verifier_pb2_grpc.VerifierStub(self._channel)
+        stub = verifier_pb2_grpc.VerifierStub(self._channel)
+        self._verify_path = aio_unary(stub.VerifyPath)
+        self._verify_session = aio_unary(stub.VerifySession)
+        self._impact = aio_unary(stub.Impact)
 
     async def verify(
         self,
@@ -328,11 +328,7 @@ class AsyncVerifierClient:
         key = _key(request_id)
         refusal = _path_refusal(path, consumer_policy)
         request = _request(path, output, audit or refusal is not None, key, policy)
-        try:
-            response = await self._stub.VerifyPath(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        return _refused(replace(_verdict(response), request_id=key), refusal)
+        return _refused(replace(_verdict(await self._verify_path(request, timeout_s)), request_id=key), refusal)
 
     async def verify_session(
         self,
@@ -349,11 +345,7 @@ class AsyncVerifierClient:
         """See :meth:`VerifierClient.verify_session`."""
         refusal = _session_refusal(session, consumer_policy)
         request = _session_request(session, outputs, audit or refusal is not None, require_closed, request_id, policy)
-        try:
-            response = await self._stub.VerifySession(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        return _refused(_session_verdict(response), refusal)
+        return _refused(_session_verdict(await self._verify_session(request, timeout_s)), refusal)
 
     async def impact(
         self,
@@ -367,11 +359,7 @@ class AsyncVerifierClient:
     ) -> ImpactAnswer:
         """See :meth:`VerifierClient.impact`."""
         request = _impact_request(key_id, record_digest, deployer, since_ms, mark)
-        try:
-            response = await self._stub.Impact(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        return _impact_answer(response)
+        return _impact_answer(await self._impact(request, timeout_s))
 
     async def close(self) -> None:
         await self._channel.close()
