@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from countersign.errors import CountersignError
+from countersign.extras import DISTRIBUTION, install_command
 
 EXIT_OK = 0
 EXIT_REJECTED = 1
@@ -47,7 +48,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("countersign")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown (not installed)"
 
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
         print(
             f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): "
-            f"pip install 'countersign[{extra}]'",
+            f"{install_command(extra)}",
             file=sys.stderr,
         )
         return EXIT_USAGE

@@ -9,7 +9,7 @@ another deployer fails the task with a typed code.
 
     python examples/a2a_delegation.py          # starts a local mesh (mTLS on loopback) to run on
 
-Needs ``pip install 'countersign[a2a]'`` (a2a-sdk with its HTTP server, and uvicorn).
+Needs ``pip install 'countersign-mesh[a2a]'`` (a2a-sdk with its HTTP server, and uvicorn).
 """
 
 from __future__ import annotations

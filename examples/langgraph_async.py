@@ -8,7 +8,7 @@ delegated to in turn. The consumer checks every output with an asyncio verifier 
 
     python examples/langgraph_async.py             # starts a local mesh (mTLS on loopback) to run on
 
-Needs ``pip install 'countersign[langgraph]'``.
+Needs ``pip install 'countersign-mesh[langgraph]'``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ output is rejected.
 
     python examples/langgraph_research.py          # starts a local mesh (mTLS on loopback) to run on
 
-Needs ``pip install 'countersign[langgraph]'``.
+Needs ``pip install 'countersign-mesh[langgraph]'``.
 """
 
 from __future__ import annotations

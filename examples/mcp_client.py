@@ -7,7 +7,7 @@ the session as a whole with ``check_session``, and a dropped and a tampered resu
 
     python examples/mcp_client.py
 
-Needs ``pip install 'countersign[mcp]'``.
+Needs ``pip install 'countersign-mesh[mcp]'``.
 """
 
 from __future__ import annotations

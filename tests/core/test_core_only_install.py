@@ -168,5 +168,5 @@ def test_a_command_that_needs_an_extra_names_it(
     done = run(core_only, "-m", "countersign_cli", *command, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign[{extra}]'"
+        f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign-mesh[{extra}]'"
     ], done.stderr
