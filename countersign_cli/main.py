@@ -103,8 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra == "grpc" and args.command in DAEMON_COMMANDS:
             extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
         print(
-            f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): "
-            f"{install_command(extra)}",
+            f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): {install_command(extra)}",
             file=sys.stderr,
         )
         return EXIT_USAGE
