@@ -23,9 +23,8 @@ from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
 from countersign.checkpoint import CheckpointError, SignedCheckpoint, check_served
-from countersign.client.errors import ServiceError
 from countersign.client.tls import TlsConfig
-from countersign.errors import ConfigError, MalformedError
+from countersign.errors import ConfigError, MalformedError, ServiceError
 from countersign.keys import PublicKey
 
 log = logging.getLogger("countersign.coordinator")
@@ -134,15 +133,13 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         if self._require_operator:
             identity = peer_identity(context)
             if identity is None or identity.role != "operator":
-                raise ServiceError(
-                    "NOT_AUTHORISED", "only the operator submits statements", grpc.StatusCode.PERMISSION_DENIED
-                )
+                raise ServiceError("NOT_AUTHORISED", "only the operator submits statements")
         try:
             signed = SignedStatement.from_bytes(request.statement)
             checkpoint = SignedCheckpoint.from_bytes(request.checkpoint) if request.checkpoint else None
         except MalformedError as exc:
             self._metrics.submissions.labels("malformed").inc()
-            raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+            raise ServiceError("INVALID_STATEMENT", str(exc)) from None
         with self._writing, self._changed:
             try:
                 registry = self._log.prepare(signed)
@@ -154,14 +151,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 self._store.append(signed.statement.sequence, signed.digest(), signed.to_bytes(), stored)
             except AdmissionError as exc:
                 self._metrics.submissions.labels(exc.code.lower()).inc()
-                status = (
-                    grpc.StatusCode.PERMISSION_DENIED
-                    if exc.code == "BAD_STATEMENT_SIGNATURE"
-                    else (grpc.StatusCode.FAILED_PRECONDITION)
-                )
-                raise ServiceError(exc.code, str(exc), status) from None
+                raise ServiceError(exc.code, str(exc)) from None
             except LogConflict as exc:
-                raise ServiceError("SEQUENCE_CONFLICT", str(exc), grpc.StatusCode.ABORTED) from None
+                raise ServiceError("SEQUENCE_CONFLICT", str(exc)) from None
             self._log.commit(signed, registry)
             if checkpoint is not None:
                 self._set_checkpoint(checkpoint)
@@ -199,26 +191,19 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         if self._require_operator:
             identity = peer_identity(context)
             if identity is None or identity.role != "operator":
-                raise ServiceError(
-                    "NOT_AUTHORISED", "only the operator submits checkpoints", grpc.StatusCode.PERMISSION_DENIED
-                )
+                raise ServiceError("NOT_AUTHORISED", "only the operator submits checkpoints")
         try:
             checkpoint = SignedCheckpoint.from_bytes(request.checkpoint)
         except MalformedError as exc:
             self._metrics.checkpoints.labels("malformed").inc()
-            raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+            raise ServiceError("INVALID_STATEMENT", str(exc)) from None
         with self._writing:
             try:
                 with self._changed:
                     self._check_checkpoint(self._log, checkpoint)
                 self._store.store_checkpoint(checkpoint.to_bytes())  # only writers wait on this
             except AdmissionError as exc:
-                status = (
-                    grpc.StatusCode.PERMISSION_DENIED
-                    if exc.code == "BAD_STATEMENT_SIGNATURE"
-                    else grpc.StatusCode.FAILED_PRECONDITION
-                )
-                raise ServiceError(exc.code, str(exc), status) from None
+                raise ServiceError(exc.code, str(exc)) from None
             with self._changed:
                 self._set_checkpoint(checkpoint)
                 self._changed.notify_all()  # watchers send it at once, in a heartbeat

@@ -22,9 +22,9 @@ from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
     from countersign.checkpoint import SignedCheckpoint
-    from countersign.client.errors import ServiceError
     from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
+    from countersign.errors import ServiceError
 
 
 # What each admission statement does, in the operator's words (the statement kind is the wire name).

@@ -31,7 +31,6 @@ from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
-from countersign.client.errors import ServiceError
 from countersign.client.runtime_calls import RUNTIME_METHODS, runtime_answer
 from countersign.client.tls import TlsConfig
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal
@@ -67,7 +66,7 @@ from countersign.cosigning import (
     spend_grant,
     stream_spec,
 )
-from countersign.errors import ConfigError, ErrorCode, MalformedError
+from countersign.errors import ConfigError, ErrorCode, MalformedError, ServiceError
 from countersign.keys import PublicKey, Signer
 from countersign.records import (
     MAX_DEPTH,

@@ -41,8 +41,6 @@ except ModuleNotFoundError as missing:
     ) from None
 
 from countersign.client.consumer import Consumer, load_registry
-from countersign.client.errors import ServiceError
-from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
 from countersign.client.results import Grant, ImpactAnswer
 from countersign.client.retry import (
@@ -58,7 +56,8 @@ from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerCli
 from countersign.client.tls import TlsConfig, tls_from_env
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient, new_request_id
 from countersign.consumer import EvidenceVerdict, OutputEmitter
-from countersign.errors import ErrorCode
+from countersign.errors import ErrorCode, ServiceError
+from countersign.handoff import Delegation, HandoffError
 
 __all__ = [
     "AsyncOperatorClient",

@@ -2,7 +2,8 @@
 
 A server ends a refused call with a gRPC status carrying ``google.rpc.ErrorInfo`` whose ``reason`` is
 a code of :class:`countersign.errors.ErrorCode`; :func:`from_rpc_error` turns it back into a
-:class:`ServiceError` (a transport failure becomes ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED``).
+:class:`countersign.errors.ServiceError` (a transport failure becomes ``UNAVAILABLE`` or
+``DEADLINE_EXCEEDED``), a :class:`ReceivedError` that also keeps the status the call ended with.
 """
 
 from __future__ import annotations
@@ -13,34 +14,32 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from countersign.errors import CountersignError, ErrorCode
+from countersign.errors import ErrorCode, ServiceError
 
 DOMAIN = "countersign.dev"
 
+__all__ = ["DOMAIN", "ReceivedError", "ServiceError", "from_rpc_error"]
 
-class ServiceError(CountersignError):
-    """An error with a code from the API's error list (proto/countersign/v1/common.proto)."""
+
+class ReceivedError(ServiceError):
+    """A :class:`ServiceError` read from a finished call: ``status`` is the gRPC status the call ended
+    with, as received (a Countersign server picks it from the code at its edge; a transport failure
+    has its own). Catch :class:`ServiceError` and read ``code``; ``status`` is for diagnostics."""
 
     def __init__(
         self,
         code: ErrorCode | str,
         message: str,
-        status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
+        status: grpc.StatusCode,
         *,
-        retryable: bool = False,
+        retryable: bool | None = None,
         details: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.code = ErrorCode(code)  # a name outside the closed list is a bug: ValueError
+        super().__init__(code, message, retryable=retryable, details=details)
         self.status = status
-        self.retryable = retryable
-        self.details = dict(details or {})
-
-    def __repr__(self) -> str:
-        return f"ServiceError({self.code}: {self})"
 
 
-def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
+def from_rpc_error(exc: grpc.RpcError) -> ReceivedError:
     """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE).
 
     ``exc`` is a sync call's error or a ``grpc.aio.AioRpcError``: both answer ``code()``,
@@ -53,9 +52,9 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
             info = error_details_pb2.ErrorInfo()
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
                 details = {k: v for k, v in info.metadata.items() if k != "retryable"}
-                return ServiceError(
+                return ReceivedError(
                     ErrorCode.of(info.reason), status.message, code, retryable=info.metadata.get("retryable") == "true",
                     details=details,
                 )  # fmt: skip
     transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    return ServiceError(ErrorCode.of(code.name), exc.details() or code.name, code, retryable=transient)
+    return ReceivedError(ErrorCode.of(code.name), exc.details() or code.name, code, retryable=transient)

@@ -89,7 +89,7 @@ class KnownHead:
 
 
 def not_served(message: str) -> ServiceError:
-    return ServiceError("NOT_SERVED", message, grpc.StatusCode.FAILED_PRECONDITION)
+    return ServiceError("NOT_SERVED", message)
 
 
 def check_reaches(copy: AdmissionLog, known: KnownHead | None) -> None:

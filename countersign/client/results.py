@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from countersign.handoff import Grant
 from countersign.impact import AffectedRecord, LoggedVerdict
 
-
-@dataclass(frozen=True)
-class Grant:
-    """A parent deployer's permission for one named child deployer to attach one child under one of
-    its records (``SignerClient.open_grant``). The child deployer's runtime passes it, with the parent
-    path and the parent signer's address, to ``SignerClient.accept``. It holds nothing secret."""
-
-    grant_id: str
-    parent_digest: str  # sha256:<hex> of the parent envelope the grant is for
-    parent_key_id: str  # the key the parent's signer will co-sign the edge with
-    child_deployer: str
-    expires_ms: int  # after this the parent's signer refuses to co-sign under the grant
+__all__ = ["Grant", "ImpactAnswer"]  # Grant lives with the handoff it travels in (countersign.handoff)
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
-from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig, tls_from_env
 from countersign.errors import ConfigError, ErrorCode
+from countersign.handoff import Delegation, HandoffError
 from countersign.records import Path
 
 ENV_SIGNER = "COUNTERSIGN_SIGNER"

@@ -37,16 +37,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-import grpc
-
 from countersign.client.consumer import Consumer
-from countersign.client.errors import ServiceError
-from countersign.client.handoff import Delegation
 from countersign.client.runtime import AsyncRuntime
 from countersign.compact import compact_path, is_compact, path_from_compact
 from countersign.consumer import EvidenceVerdict
-from countersign.errors import ErrorCode, MalformedError
+from countersign.errors import ErrorCode, MalformedError, ServiceError
 from countersign.extras import install_command
+from countersign.handoff import Delegation
 from countersign.records import Path
 from countersign.verify import malformed_result
 
@@ -168,7 +165,7 @@ class A2ARefusal(ServiceError):
     same ``except ServiceError`` catches it and a signer's refusal, each with its ``code``."""
 
     def __init__(self, code: ErrorCode | str, message: str) -> None:
-        super().__init__(code, message, grpc.StatusCode.FAILED_PRECONDITION)
+        super().__init__(code, message)
 
 
 RuntimeSource = AsyncRuntime | Callable[[], AsyncRuntime]

@@ -37,11 +37,11 @@ from typing import Annotated, Any, Protocol, TypedDict, TypeVar
 
 from countersign.canonical import canonicalize
 from countersign.client.consumer import Consumer
-from countersign.client.handoff import Delegation
 from countersign.client.runtime import AsyncRuntime, Runtime
 from countersign.consumer import EvidenceVerdict
 from countersign.errors import ConfigError, MalformedError
 from countersign.extras import install_command
+from countersign.handoff import Delegation
 from countersign.records import Path
 
 EVIDENCE_KEY = "countersign"

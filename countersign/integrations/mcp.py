@@ -66,12 +66,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from countersign.canonical import canonicalize
 from countersign.client.consumer import Consumer
-from countersign.client.errors import ServiceError
-from countersign.client.handoff import Delegation
 from countersign.client.runtime import AsyncRuntime
 from countersign.consumer import EvidenceVerdict
-from countersign.errors import ConfigError, ErrorCode, MalformedError
+from countersign.errors import ConfigError, ErrorCode, MalformedError, ServiceError
 from countersign.extras import install_command
+from countersign.handoff import Delegation
 from countersign.records import BindingScope, Path
 from countersign.sessions import SessionEvidence
 from countersign.verify import malformed_result

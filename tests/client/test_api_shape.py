@@ -23,9 +23,8 @@ pytestmark = pytest.mark.offline
 
 # Modules whose types an application must never meet in the client API.
 WIRE_MODULES = ("grpc", "grpc_status", "google.protobuf", "google.rpc", "google._upb", "countersign._proto")
-# ServiceError is also raised by the daemons, which build it with the gRPC status their edge sends;
-# an application only catches it and reads ``code`` (an ErrorCode).
-BUILT_BY_SERVERS = {"ServiceError.__init__"}
+# ServiceError is a code and a message (ADR 0033): no gRPC status crosses it, not even its constructor.
+BUILT_BY_SERVERS: set[str] = set()
 TWINS = [
     (countersign.client.SignerClient, countersign.client.AsyncSignerClient),
     (countersign.client.VerifierClient, countersign.client.AsyncVerifierClient),

@@ -158,15 +158,16 @@ def test_the_command_line_helps_and_verifies_offline_on_the_core(core_only: Path
 
 
 @pytest.mark.parametrize(
-    ("command", "extra"),
-    [(["pki", "init", "--out", "ca"], "grpc"), (["verifier", "serve"], "server")],
+    ("command", "extra", "first_missing"),
+    [(["pki", "init", "--out", "ca"], "grpc", "grpc"), (["verifier", "serve"], "server", "cryptography")],
     ids=["pki", "serve"],
 )
 def test_a_command_that_needs_an_extra_names_it(
-    core_only: Path, tmp_path: Path, command: list[str], extra: str
+    core_only: Path, tmp_path: Path, command: list[str], extra: str, first_missing: str
 ) -> None:
     done = run(core_only, "-m", "countersign_cli", *command, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign-mesh[{extra}]'"
+        f"countersign {command[0]}: needs the '{extra}' extra (no module {first_missing}): "
+        f"pip install 'countersign-mesh[{extra}]'"
     ], done.stderr

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import children_of, issued_digests, poll, service_error, sha256

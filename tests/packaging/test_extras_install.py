@@ -99,7 +99,12 @@ def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def local_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This checkout built as a wheel (the dev venv's setuptools: no network)."""
     out = tmp_path_factory.mktemp("countersign-wheel")
-    built = _pip(Path(sys.executable), "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO))
+    source = tmp_path_factory.mktemp("countersign-source")  # setuptools writes build/ beside the sources
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for package in ("countersign", "countersign_cli", "signer", "verifier", "coordinator"):
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    built = _pip(Path(sys.executable), "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(source))
     assert built.returncode == 0, built.stdout + built.stderr
     assert len(list(out.glob("countersign_mesh-*.whl"))) == 1
     return out

@@ -9,8 +9,8 @@ from pathlib import Path as FilePath
 
 import pytest
 
-from countersign.client.handoff import Delegation, HandoffError
 from countersign.errors import ErrorCode
+from countersign.handoff import Delegation, HandoffError
 
 pytestmark = pytest.mark.offline
 

@@ -862,8 +862,8 @@ def checkpoint_vector() -> dict[str, Any]:
 def handoff_vector(m: SampleMesh) -> dict[str, Any]:
     """A Delegation handoff (spec section 18) for a grant under the root of valid/signed-dag.json's path,
     and strings a child must refuse, each with the reason it is refused."""
-    from countersign.client.handoff import Delegation
     from countersign.client.results import Grant
+    from countersign.handoff import Delegation
 
     root = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:1])
     grant = Grant(
