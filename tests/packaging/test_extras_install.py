@@ -32,6 +32,7 @@ INSTALL_LINE = re.compile(r"^pip install (\S+)", re.M)
 # What each line promises (the README's comment beside it), imported in the fresh environment.
 PROMISES: dict[str, str] = {
     "": "from countersign.consumer import EvidenceVerdict, parse_registry, verify_offline\n"
+    "from countersign.handoff import Delegation, HandoffError\n"
     "from countersign.verify import verify_path\n",
     "grpc": "from countersign.client import Consumer, EvidenceVerdict, Runtime, VerifierClient\n",
     "server": "import signer.daemon, verifier.daemon, coordinator.daemon\n"
