@@ -253,7 +253,7 @@ def config_class(daemon: str) -> type[Any]:
 
         return CoordinatorConfig
     if daemon == "signer":
-        from signer.daemon import SignerConfig
+        from signer.config import SignerConfig
 
         return SignerConfig
     from verifier.daemon import VerifierConfig
@@ -298,8 +298,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             daemon = CoordinatorDaemon(config)
             method_limits = METHOD_MESSAGE_BYTES
         elif args.daemon == "signer":
+            from signer.config import SignerConfig
             from signer.daemon import METHOD_MESSAGE_BYTES as SIGNER_LIMITS
-            from signer.daemon import SignerConfig, SignerDaemon
+            from signer.daemon import SignerDaemon
 
             config = load_config(SignerConfig, args.config)
             daemon = SignerDaemon(config)
