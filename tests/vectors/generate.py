@@ -562,6 +562,47 @@ def policy_vectors(m: SampleMesh) -> list[dict[str, Any]]:
     return vectors
 
 
+def policy_documents_vector() -> dict[str, Any]:
+    """Policy documents (spec 16.1) a parser must load, each with the document it reads back (lists
+    sorted), and documents it must refuse, each with why."""
+    from countersign.policy import parse_policy
+
+    valid = [
+        '{"v":1,"policy":{"all_of":[{"allowed_deployers":["deployer-b","deployer-a"]},{"max_depth":3}]}}',
+        '{"v":1,"policy":{"any_of":[{"require_closed_session":true},{"max_evidence_age_ms":60000}]}}',
+        '{"v":1,"policy":{"all_of":[{"any_of":[{"max_depth":1},{"max_depth":2}]},{"any_of":[{"max_depth":1}]}]}}',
+        '{"v":1,"policy":{"unsafe_allow_all":true}}',
+    ]
+    nested = '{"max_depth":1}'
+    for _ in range(9):
+        nested = '{"all_of":[' + nested + "]}"
+    invalid = [
+        ('{"v":1,"policy":{"all_of":[{"unsafe_allow_all":true},{"unsafe_allow_all":true}]}}',
+         "all_of repeats a clause"),
+        ('{"v":1,"policy":{"any_of":[{"max_depth":1},{"max_depth":2},{"max_depth":1}]}}', "any_of repeats a clause"),
+        ('{"v":1,"policy":{"any_of":[{"allowed_deployers":["deployer-a","deployer-b"]},'
+         '{"allowed_deployers":["deployer-b","deployer-a"]}]}}',
+         "any_of repeats a clause: the same set of deployers in another order"),
+        ('{"v":1,"policy":{"all_of":[{"any_of":[{"max_depth":1},{"max_depth":2}]},'
+         '{"any_of":[{"max_depth":2},{"max_depth":1}]}]}}',
+         "all_of repeats a composition: the same clauses in another order"),
+        ('{"v":1,"policy":{"allowed_deployers":["deployer-a","deployer-a"]}}', "a list of deployers repeats one"),
+        ('{"v":1,"policy":{"max_depth":1,"allowed_keys":[]}}', "a clause object with two members"),
+        ('{"v":1,"policy":{"maxdepth":1}}', "an unknown clause"),
+        ('{"policy":{"max_depth":1}}', "v missing"),
+        ('{"v":2,"policy":{"max_depth":1}}', "another v"),
+        ('{"v":1,"policy":{"unsafe_allow_all":false}}', "false: a clause that would check nothing"),
+        ('{"v":1,"policy":' + nested + "}", "compositions nested 9 deep"),
+        ('{"v":1,"policy":{"max_depth":1.0}}', "not strict JSON: a fraction"),
+    ]  # fmt: skip
+    return {
+        "description": "consumer policy documents (docs/spec.md 16.1): valid ones with the document each reads "
+        "back as (lists sorted), and invalid ones a parser must refuse",
+        "valid": [{"document": text, "reads_as": parse_policy(text).document()} for text in valid],
+        "invalid": [{"document": text, "why": why} for text, why in invalid],
+    }
+
+
 def _relinked(m: SampleMesh, envelopes: list[Envelope], start: int) -> Path:
     """Re-sign records ``start..`` so their parent references follow a changed predecessor."""
     path = Path(tuple(envelopes))
@@ -605,6 +646,7 @@ def generate(out: FilePath) -> None:
     (out / "policy").mkdir(parents=True, exist_ok=True)
     for item in policy_vectors(m):
         write(out / "policy" / f"{item['name']}.json", item)
+    write(out / "policy-documents.json", policy_documents_vector())
     export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
     session_vectors(m, out / "sessions")
     write(out / "handoff.json", handoff_vector(m))
