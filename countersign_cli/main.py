@@ -43,6 +43,17 @@ EXTRA_OF_PACKAGE = {
 DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
 
 
+def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
+    """What to install for ``command`` that failed to import an optional package ("the 'server'
+    extra (no module grpc): pip install ..."); None when the module is no optional package's (a bug)."""
+    extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
+    if extra is None:
+        return None
+    if extra == "grpc" and command in DAEMON_COMMANDS:
+        extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
+    return f"the '{extra}' extra (no module {exc.name}): pip install 'countersign[{extra}]'"
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -96,16 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"countersign {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as exc:
-        extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
-        if extra is None:
+        needs = missing_extra(exc, args.command)
+        if needs is None:
             raise  # not an optional package: a bug, not a missing extra
-        if extra == "grpc" and args.command in DAEMON_COMMANDS:
-            extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
-        print(
-            f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): "
-            f"pip install 'countersign[{extra}]'",
-            file=sys.stderr,
-        )
+        print(f"countersign {args.command}: needs {needs}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
