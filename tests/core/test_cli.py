@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -219,3 +220,30 @@ def test_version_names_the_installed_package() -> None:
     result = cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"countersign {version('countersign')}"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify", "--audit"],  # one verdict line, written at the end
+        ["conformance", "--trials", "1", "--session-trials", "1", "--json"],  # a long one
+    ],
+    ids=["verify", "conformance"],
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly(sample: Path, command: list[str]) -> None:
+    """Issue 29: `countersign verify ... | head -c 10` printed a BrokenPipeError traceback. Here the
+    reader has gone before the command writes anything, so every write fails."""
+    if command[0] == "verify":
+        command = [*command, "--path", str(sample / "path.json"), "--output", str(sample / "output.bin")]
+        command += ["--registry", str(sample / "registry.json")]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "countersign_cli", *command],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (done.returncode, "Traceback" in done.stderr, "Broken pipe" in done.stderr) == (141, False, False)
+    assert "Exception ignored" not in done.stderr, done.stderr
