@@ -177,7 +177,9 @@ def test_inspect_prints_a_tree_with_cosigners(sample: Path) -> None:
 def test_conformance_json_reports_every_cell_and_the_pattern() -> None:
     result = cli("conformance", "--trials", "2", "--session-trials", "2", "--json")
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout)  # the progress lines went to stderr, not into the JSON
+    progress = result.stderr.splitlines()
+    assert progress[0] == "conformance: 108 cells..." and progress[-1].startswith("conformance: 108/108 cells")
     assert report["pattern_matches"] is True
     assert len(report["cells"]) == 14 * 6
     assert len(report["session_cells"]) == 8 * 3
