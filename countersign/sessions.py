@@ -473,7 +473,7 @@ def check_session_bytes(
     )  # fmt: skip
 
 
-# --- a verifier's session verdict (docs/spec.md 17.5) ------------------------------------------
+# --- a verifier's session verdict (docs/spec.md 17.4) ------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
