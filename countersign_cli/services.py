@@ -267,9 +267,18 @@ def _list_settings_in_help(parser: argparse.ArgumentParser, daemon: str) -> None
     plain = parser.format_help
 
     def with_settings() -> str:
+        from countersign_cli.main import missing_extra
         from countersign_cli.settings_help import epilog
 
-        parser.epilog = epilog(config_class(daemon))
+        try:
+            settings = config_class(daemon)
+        except ModuleNotFoundError as exc:  # the daemon's own imports: the help still shows, and says so
+            needs = missing_extra(exc, daemon)
+            if needs is None:
+                raise
+            parser.epilog = f"The {daemon} and the list of its settings need {needs}"
+        else:
+            parser.epilog = epilog(settings)
         return plain()
 
     parser.format_help = with_settings  # type: ignore[method-assign]
