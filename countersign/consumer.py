@@ -1,6 +1,6 @@
 """What a consumer of evidence gets back, and the offline check that needs the core alone.
 
-:class:`EvidenceVerdict` is the one verdict shape a consumer learns (ADR 0033): the answer to one
+:class:`EvidenceVerdict` is the one verdict shape a consumer learns (ADR 0034): the answer to one
 path and its output, or to one agent's session, checked offline here or online by a verifier service
 (:class:`countersign.client.Consumer`, :class:`countersign.client.VerifierClient`). It is truthy
 exactly when the evidence was accepted; then :attr:`EvidenceVerdict.emitter` names who emitted the

@@ -100,6 +100,7 @@ class ErrorCode(StrEnum):
     PARENT_REFUSED = "PARENT_REFUSED"
     PARENT_UNREACHABLE = "PARENT_UNREACHABLE"
     SESSION_CLOSED = "SESSION_CLOSED"
+    STATE_CONFLICT = "STATE_CONFLICT"  # replicas wrote the same state concurrently, retry (ADR 0033)
     # coordinator
     BAD_STATEMENT_SIGNATURE = "BAD_STATEMENT_SIGNATURE"
     SEQUENCE_CONFLICT = "SEQUENCE_CONFLICT"
@@ -128,6 +129,7 @@ class ErrorCode(StrEnum):
 RETRYABLE_BY_DEFAULT: Final = frozenset(
     {
         ErrorCode.STATE_UNAVAILABLE,
+        ErrorCode.STATE_CONFLICT,
         ErrorCode.LANES_EXHAUSTED,
         ErrorCode.REGISTRY_STALE,
         ErrorCode.SIGNER_UNAVAILABLE,

@@ -1,7 +1,7 @@
 """The distribution's name and its extras, for the hints that tell a user what to install.
 
 The import name is ``countersign``; the distribution is ``countersign-mesh``, because ``countersign``
-on PyPI is an unrelated password generator (ADR 0033). Every "needs the X extra" message is built
+on PyPI is an unrelated password generator (ADR 0034). Every "needs the X extra" message is built
 here, so that no hint names a package that installs something else.
 """
 

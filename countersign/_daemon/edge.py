@@ -50,6 +50,7 @@ STATUS_OF_CODE: Final[Mapping[ErrorCode, grpc.StatusCode]] = {
     ErrorCode.PARENT_REFUSED: _REFUSED,
     ErrorCode.PARENT_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.SESSION_CLOSED: _REFUSED,
+    ErrorCode.STATE_CONFLICT: grpc.StatusCode.ABORTED,  # replicas raced past decide_attempts: retry
     ErrorCode.BAD_STATEMENT_SIGNATURE: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.SEQUENCE_CONFLICT: _REFUSED,
     ErrorCode.CHAIN_MISMATCH: _REFUSED,

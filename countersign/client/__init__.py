@@ -5,7 +5,7 @@ ModuleNotFoundError naming that extra. Offline verification needs only the core
 (:mod:`countersign.consumer`).
 
 * a consumer checks evidence with one object, :class:`Consumer` (online through a verifier service,
-  or offline against a registry; ADR 0033), whose every check answers with the one verdict shape,
+  or offline against a registry; ADR 0034), whose every check answers with the one verdict shape,
   :class:`EvidenceVerdict` (truthy on accept; :attr:`EvidenceVerdict.emitter` names who emitted the
   output);
 * a producer signs with the runtime SDK (docs/quickstart-runtime.md): :class:`Runtime` and
@@ -41,12 +41,12 @@ except ModuleNotFoundError as missing:
     ) from None
 
 from countersign.client.consumer import Consumer, load_registry
+from countersign.client.failover import RetryPolicy
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
 from countersign.client.results import Grant, ImpactAnswer
 from countersign.client.retry import (
     Attempt,
     IssueOutcome,
-    RetryPolicy,
     VerifyOutcome,
     delegate_with_retry,
     verify_with_failover,

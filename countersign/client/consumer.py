@@ -1,4 +1,4 @@
-"""One object a consumer checks evidence with (ADR 0033), in the spirit of sigstore's ``Verifier``.
+"""One object a consumer checks evidence with (ADR 0034), in the spirit of sigstore's ``Verifier``.
 
 A :class:`Consumer` holds where and how to check: online through a verifier service (its address and
 this client's mTLS material) or offline against a registry with the core's own verification; the

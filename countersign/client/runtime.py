@@ -10,7 +10,7 @@ for the signer's close receipt (:meth:`Runtime.close_session`, a :class:`ClosedS
 streamed output is signed one receipt per ``n`` tokens or bytes as it is emitted
 (:meth:`Runtime.stream`, :class:`countersign.client.signer.ChunkReceipt` per chunk).
 
-A consumer checks what a runtime signed with :class:`countersign.client.Consumer` (ADR 0033).
+A consumer checks what a runtime signed with :class:`countersign.client.Consumer` (ADR 0034).
 
 Every refusal is a :class:`countersign.client.ServiceError` with a code from the closed
 :class:`countersign.errors.ErrorCode`; a rejected path is a verdict, not an error.

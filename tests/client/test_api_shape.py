@@ -23,7 +23,7 @@ pytestmark = pytest.mark.offline
 
 # Modules whose types an application must never meet in the client API.
 WIRE_MODULES = ("grpc", "grpc_status", "google.protobuf", "google.rpc", "google._upb", "countersign._proto")
-# ServiceError is a code and a message (ADR 0033): no gRPC status crosses it, not even its constructor.
+# ServiceError is a code and a message (ADR 0034): no gRPC status crosses it, not even its constructor.
 BUILT_BY_SERVERS: set[str] = set()
 TWINS = [
     (countersign.client.SignerClient, countersign.client.AsyncSignerClient),

@@ -16,6 +16,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -171,3 +172,17 @@ def test_a_command_that_needs_an_extra_names_it(
         f"countersign {command[0]}: needs the '{extra}' extra (no module {first_missing}): "
         f"pip install 'countersign-mesh[{extra}]'"
     ], done.stderr
+
+
+@pytest.mark.parametrize("daemon", ["coordinator", "signer", "verifier"])
+def test_serve_help_without_the_server_extra_helps_and_names_the_extra(
+    core_only: Path, tmp_path: Path, daemon: str
+) -> None:
+    """Issue 29: `countersign verifier serve --help` without the grpc extra printed a traceback."""
+    done = run(core_only, "-m", "countersign_cli", daemon, "serve", "--help", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith(f"usage: countersign {daemon} serve")
+    assert "--config" in done.stdout
+    # The first module missing: gRPC's, or the TLS a daemon's settings read (errors need no gRPC: ADR 0034).
+    needs = r"need the 'server' extra \(no module (grpc|cryptography)\): pip install 'countersign-mesh\[server\]'"
+    assert re.search(needs, done.stdout), done.stdout

@@ -5,7 +5,7 @@ and there, in an isolated interpreter, the imports the line's comment promises.
 Packages come from a wheelhouse kept in ``.venv/extras-wheelhouse/`` (downloaded once per
 constraints.txt and pyproject.toml, with pip, from the package index), so later runs install with
 ``--no-index``: offline. ``countersign-mesh`` itself is built from the checkout each run, never taken
-from an index (no such distribution is published there; ADR 0033).
+from an index (no such distribution is published there; ADR 0034).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The consumer object (ADR 0033) against a real mesh (loopback, mTLS) and offline: one Consumer holds
+"""The consumer object (ADR 0034) against a real mesh (loopback, mTLS) and offline: one Consumer holds
 where and how to check, ``path``/``session`` and their asyncio twins answer with the one verdict shape,
 the same verdict online and offline, every refusal typed."""
 
