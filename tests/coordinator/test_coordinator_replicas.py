@@ -67,7 +67,11 @@ def test_two_coordinators_serve_one_log(tmp_path: Path, pg_schemas: PostgresSche
         try:
             key = Ed25519Signer.generate()
             at_second.submit(
-                StatementKind.ENROL_DEPLOYER, "deployer-c", key.key_id, public_key=b64url_encode(key.public_key), at_ms=0
+                StatementKind.ENROL_DEPLOYER,
+                "deployer-c",
+                key.key_id,
+                public_key=b64url_encode(key.public_key),
+                at_ms=0,
             )
             wait_for(lambda: len(coordinator_log(first, tls)) == 3, 5, "the first to serve statement 2")
 
@@ -112,9 +116,7 @@ def test_two_coordinators_serve_one_log(tmp_path: Path, pg_schemas: PostgresSche
                 survivor.submit(StatementKind.REVOKE_KEY, "deployer-b", mesh.deployer_keys["deployer-b"].key_id)
             finally:
                 survivor.close()
-            wait_for(
-                lambda: verifier.verify(receipt, output, audit=True).reason == "KEY_REVOKED", 5, "the revocation"
-            )
+            wait_for(lambda: verifier.verify(receipt, output, audit=True).reason == "KEY_REVOKED", 5, "the revocation")
         finally:
             verifier.close()
             runtime_b.close()
