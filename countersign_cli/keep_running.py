@@ -4,8 +4,9 @@ up, and say how to use it: the settings of a producer and of a consumer, ready t
 Under the work directory it writes (docs/quickstart-runtime.md starts here):
 
 * ``deployer-a.env`` (one per deployer): a producer's settings, the variables ``Runtime.from_env``
-  reads: that deployer's signer, its id and its runtime certificate, and the verifier (which takes
-  any client certificate of the mesh's CA), so that a producer's shell can check what it signed;
+  reads: that deployer's signer (every replica, comma-separated), its id and its runtime certificate,
+  and the verifier (which takes any client certificate of the mesh's CA), so that a producer's shell
+  can check what it signed;
 * ``consumer.env``: a consumer's, for ``Consumer.from_env`` online: the verifier and a client
   certificate; ``consumer-offline.env``: the registry file instead, to check in process;
 * ``registry.json`` (the operator-signed registry as the coordinator serves it) and
@@ -55,7 +56,7 @@ def settings(mesh: LocalMesh, root: FilePath) -> dict[str, object]:
     registry file and the operator's public key: what ``mesh.json`` holds under ``settings``."""
     verifier = mesh.daemons["verifier-0"].address
     producers = {
-        deployer: {"COUNTERSIGN_SIGNER": mesh.daemons[deployer].address, "COUNTERSIGN_DEPLOYER": deployer,
+        deployer: {"COUNTERSIGN_SIGNER": mesh.signer_addresses(deployer), "COUNTERSIGN_DEPLOYER": deployer,
                    "COUNTERSIGN_VERIFIER": verifier, **_tls_variables(mesh.tls_for(f"{deployer}-runtime"))}
         for deployer in mesh.deployers
     }  # fmt: skip

@@ -48,7 +48,7 @@ def test_the_kept_mesh_verifies_remotely_and_stops_cleanly(tmp_path: Path) -> No
         again = subprocess.run(run, capture_output=True, text=True, timeout=60)
         assert again.returncode == 1 and "NONCE_REPLAYED" in again.stdout, again.stdout
         pids = [d["pid"] for d in mesh["daemons"].values()]
-        assert len(pids) == 5 and all(_alive(pid) for pid in pids)
+        assert len(pids) == 6 and all(_alive(pid) for pid in pids)  # deployer-c runs two signer replicas
         work = tmp_path / "work"
         settings = mesh["settings"]
         assert settings["registry"] == str(work / "registry.json")
@@ -66,6 +66,8 @@ def test_the_kept_mesh_verifies_remotely_and_stops_cleanly(tmp_path: Path) -> No
             assert dict(assigned) == expected, name
         assert settings["consumer"]["COUNTERSIGN_VERIFIER"] == mesh["daemons"]["verifier-0"]["address"]
         assert settings["producers"]["deployer-a"]["COUNTERSIGN_SIGNER"] == mesh["daemons"]["deployer-a"]["address"]
+        replicas = [mesh["daemons"][name]["address"] for name in ("deployer-c", "deployer-c-r1")]
+        assert settings["producers"]["deployer-c"]["COUNTERSIGN_SIGNER"] == ",".join(replicas)
     finally:
         demo.send_signal(signal.SIGTERM)
         out, err = demo.communicate(timeout=60)
@@ -77,6 +79,6 @@ def test_the_kept_mesh_verifies_remotely_and_stops_cleanly(tmp_path: Path) -> No
     assert printed == files[0] + files[1]
     assert "export COUNTERSIGN_MESH=" in out
     shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
-    assert shutdown.count("exit 0") == 5, shutdown
+    assert shutdown.count("exit 0") == 6, shutdown
     assert not any(_alive(pid) for pid in pids)
     assert "Traceback" not in err
