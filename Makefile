@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (the first run takes a minute)"
 	@test -x $(PY) || $(QUIETLY) $(PYTHON) -m venv $(VENV)
 	@$(QUIETLY) $(PIP) install --upgrade pip==$(PIP_VERSION)
-	@$(QUIETLY) $(PIP) uninstall --yes countersign  # a venv from before the rename to countersign-mesh (ADR 0033)
+	@$(QUIETLY) $(PIP) uninstall --yes countersign  # a venv from before the rename to countersign-mesh (ADR 0034)
 	@$(QUIETLY) $(PIP) install -c constraints.txt -e '.[$(EXTRAS)]'
 	@touch $@
 
