@@ -28,6 +28,14 @@ def test_the_vector_reads_back_and_writes_the_same_string() -> None:
     assert json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))) == decoded
 
 
+def test_a_parent_signer_may_name_its_replicas() -> None:
+    replicated = VECTOR["replicated"]
+    delegation = Delegation.from_string(replicated["handoff"])
+    assert delegation.parent_signer == replicated["parent_signer"]
+    assert delegation.to_string() == replicated["handoff"]
+    assert delegation.grant == Delegation.from_string(VECTOR["handoff"]).grant
+
+
 @pytest.mark.parametrize("case", VECTOR["invalid"], ids=lambda c: c["why"])
 def test_each_invalid_handoff_is_refused(case: dict[str, str]) -> None:
     with pytest.raises(HandoffError) as raised:
