@@ -98,7 +98,7 @@ BAD_INPUTS = {
     "ipv6-world-metrics": ({"metrics_cidr_blocks": ["::/0"]}, "metrics_cidr_blocks must be IPv4"),
     "host-bits-metrics": ({"metrics_cidr_blocks": ["10.60.0.1/24"]}, "metrics_cidr_blocks must be IPv4"),
     "world-runtime": (
-        {"deployers": {"deployer-a": {"zone_index": 0, "runtime_cidr_blocks": ["0.0.0.0/0"]}}},
+        {"deployers": {"deployer-a": {"runtime_cidr_blocks": ["0.0.0.0/0"]}}},
         "runtime_cidr_blocks must be IPv4",
     ),
     "two-zones": ({"availability_zones": ["eu-west-1a", "eu-west-1b"]}, "exactly three distinct"),
@@ -107,11 +107,24 @@ BAD_INPUTS = {
         {"availability_zones": ["us-east-1a", "eu-west-1b", "eu-west-1c"]},
         "must belong to var.region",
     ),
-    "bad-deployer-id": ({"deployers": {"Deployer_A": {"zone_index": 0}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
-    "deployer-id-too-long": ({"deployers": {"a" * 64: {"zone_index": 0}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
-    "zone-index-3": ({"deployers": {"deployer-a": {"zone_index": 3}}}, "zone_index must be 0, 1 or 2"),
+    "bad-deployer-id": ({"deployers": {"Deployer_A": {}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
+    "deployer-id-too-long": ({"deployers": {"a" * 64: {}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
+    "signer-in-one-zone": ({"deployers": {"deployer-a": {"zone_index": 0}}}, "zone_index is no longer used"),
+    "two-signer-replicas": (
+        {"deployers": {"deployer-a": {"desired_count": 2}}},
+        "desired_count must be an integer from 3 to 60",
+    ),
+    "fractional-signer-replicas": (
+        {"deployers": {"deployer-a": {"desired_count": 3.5}}},
+        "desired_count must be an integer from 3 to 60",
+    ),
+    "commit-batch-0": ({"deployers": {"deployer-a": {"commit_batch": 0}}}, "commit_batch must be an integer from 1"),
+    "decide-attempts-101": (
+        {"deployers": {"deployer-a": {"decide_attempts": 101}}},
+        "decide_attempts must be an integer from 1 to 100",
+    ),
     "unknown-child": (
-        {"deployers": {"deployer-a": {"zone_index": 0, "allowed_children": ["deployer-z"]}}},
+        {"deployers": {"deployer-a": {"allowed_children": ["deployer-z"]}}},
         "allowed_children may only name other deployers",
     ),
     "prefixed-operator-key": (
@@ -128,7 +141,18 @@ BAD_INPUTS = {
     ),
     "image-elsewhere": ({"image": "docker.io/library/countersign:1.0"}, "image must be an ECR image URI"),
     "postgres-store-without-postgres": ({"nonce_store_backend": "postgresql"}, "needs enable_postgres = true"),
+    "postgres-registry-without-postgres": (
+        {"registry_store_backend": "postgresql"},
+        "registry_store_backend = 'postgresql' needs enable_postgres = true",
+    ),
+    "postgres-signer-state-without-postgres": (
+        {"signer_state_backend": "postgresql"},
+        "signer_state_backend = 'postgresql' needs enable_postgres = true",
+    ),
+    "efs-registry": ({"registry_store_backend": "efs"}, "registry_store_backend must be 'dynamodb' or 'postgresql'"),
     "two-verifiers": ({"verifier_count": 2}, "verifier_count must be an integer from 3"),
+    "one-coordinator": ({"coordinator_count": 1}, "coordinator_count must be an integer from 2 to 10"),
+    "refresh-5ms": ({"coordinator_refresh_ms": 5}, "coordinator_refresh_ms must be an integer from 10"),
     "short-log-retention": ({"log_retention_days": 30}, "at least 365 days"),
 }
 
@@ -314,8 +338,10 @@ def _security_inputs(deployers: dict[str, Any], edges: list[dict[str, str]], met
         "endpoint_security_group_id": "sg-endpoints",
         "s3_prefix_list_id": "pl-s3",
         "dynamodb_prefix_list_id": "pl-ddb",
-        "registry_backend": "efs",
+        "postgres_enabled": False,
+        "registry_store_backend": "dynamodb",
         "nonce_store_backend": "dynamodb",
+        "signer_state_backend": "dynamodb",
     }
 
 
@@ -327,9 +353,9 @@ def test_signer_paths_follow_the_declared_delegation_edges(terraform_bin: str, t
         "image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/countersign:1.2.3",
         "operator_public_key": "A" * 43,
         "deployers": {
-            "planner": {"zone_index": 0, "allowed_children": ["researcher"], "runtime_cidr_blocks": ["10.1.0.0/24"]},
-            "researcher": {"zone_index": 1, "runtime_security_group_ids": ["sg-0123456789abcdef0"]},
-            "writer.v2": {"zone_index": 2},
+            "planner": {"allowed_children": ["researcher"], "runtime_cidr_blocks": ["10.1.0.0/24"]},
+            "researcher": {"runtime_security_group_ids": ["sg-0123456789abcdef0"]},
+            "writer.v2": {},
         },
     }
     root = _root_locals(terraform_bin, tmp_path / "root", tfvars)
