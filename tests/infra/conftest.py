@@ -380,7 +380,9 @@ def dynamodb_statements(module: TfModule) -> list[tuple[str, list[str], list[str
     for name, body in module.data.get("aws_iam_policy_document", {}).items():
         for st in blocks(body, "statement"):
             actions = list(_strings(attr(st, "actions", [])))
-            if attr(st, "effect", "Allow") == "Allow" and any(a.lower().startswith(("dynamodb:", "*")) for a in actions):
+            if attr(st, "effect", "Allow") == "Allow" and any(
+                a.lower().startswith(("dynamodb:", "*")) for a in actions
+            ):
                 found.append((f"{name}:{attr(st, 'sid')}", actions, list(_strings(attr(st, "resources", [])))))
     return found
 

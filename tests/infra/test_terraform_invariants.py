@@ -367,7 +367,9 @@ def test_two_coordinators_over_one_log_across_zones(tf: Any, checks: Any) -> Non
     assert ref(checks.attr(call, "desired_count")) == "var.coordinator_count"
     count = tf.root.variables["coordinator_count"]
     assert checks.attr(count, "default") == 2
-    assert any("var.coordinator_count >= 2" in Expr(checks.attr(v, "condition")) for v in checks.blocks(count, "validation"))
+    assert any(
+        "var.coordinator_count >= 2" in Expr(checks.attr(v, "condition")) for v in checks.blocks(count, "validation")
+    )
     # Followers (signers and verifiers) name one DNS name that resolves to every coordinator task.
     _cloud_map_reaches_every_task(checks, coordinator, service, "coordinator")
     assert checks.attr(coordinator.resource("aws_service_discovery_service", "coordinator"), "name") == "coordinator"
@@ -472,7 +474,9 @@ def test_table_permissions_are_exactly_the_stores_calls(
 ) -> None:
     """Least privilege that keeps up with the code: the role may make exactly the DynamoDB calls its
     store makes (a new call in the store fails here until the policy grants it)."""
-    (granted,) = [actions for where, actions, _ in checks.dynamodb_statements(tf.module(module)) if where.startswith(document)]
+    (granted,) = [
+        actions for where, actions, _ in checks.dynamodb_statements(tf.module(module)) if where.startswith(document)
+    ]
     assert set(granted) == _store_actions(checks, store)
 
 
@@ -836,7 +840,9 @@ def test_signer_environment(tf: Any, checks: Any) -> None:
     assert env["COUNTERSIGN_STATE_URL"] == "${local.state_url}"
     state_url = local_expr(signer, "state_url")
     assert '"dynamodb://${aws_dynamodb_table.state[0].name}?region=${var.region}"' in state_url
-    assert "postgresql://${local.postgres_name}@" in state_url and "/${local.postgres_name}?sslmode=require" in state_url
+    assert (
+        "postgresql://${local.postgres_name}@" in state_url and "/${local.postgres_name}?sslmode=require" in state_url
+    )
     password = local_expr(signer, "password_secrets")
     assert "COUNTERSIGN_SIGNER_STATE_PASSWORD" in password
     assert "${aws_secretsmanager_secret.state_password[0].arn}:password::" in password
