@@ -34,10 +34,16 @@ class RetryPolicy:
         return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))  # noqa: S311
 
 
+GRPC_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:")
+
+
 def addresses_of(address: str | Sequence[str]) -> list[str]:
     """A service's replicas as a client names them: one ``host:port``, several separated by commas, or a
-    list. A DNS name that resolves to several addresses is one entry: gRPC tries its addresses itself.
-    Raises ValueError when none is named."""
+    list; each is one channel the client fails over between. A DNS name that resolves to several
+    addresses, or a gRPC target naming several (``ipv4:10.0.1.5:7401,10.0.2.5:7401``), is one entry:
+    gRPC moves between its addresses itself. Raises ValueError when none is named."""
+    if isinstance(address, str) and address.strip().startswith(GRPC_SCHEMES):
+        return [address.strip()]
     parts = address.split(",") if isinstance(address, str) else list(address)
     found = [part.strip() for part in parts if part.strip()]
     if not found:
