@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-SECTIONS = ("core", "issuance", "signing", "mesh", "stores", "idle", "sessions")
+SECTIONS = ("core", "issuance", "signing", "capacity", "mesh", "stores", "idle", "sessions")
 # Run only when named (``make soak``): the 100,000-request memory soak takes longer than ``make bench``.
 ON_REQUEST = ("soak",)
 
