@@ -60,8 +60,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     issue.add_argument(
         "--role",
         required=True,
-        choices=["signer", "runtime", "coordinator", "verifier", "client", "operator"],
-        help="what the certificate may do: the daemons check the role in its URI before each method",
+        choices=["signer", "runtime", "coordinator", "verifier", "client", "auditor", "operator"],
+        help="what the certificate may do: the daemons check the role in its URI before each method (client: a"
+        " consumer, which sees only its own verdicts in a verifier's log; auditor: reads and marks the whole log)",
     )
     issue.add_argument("--deployer", help="deployer id (signer and runtime roles)")
     issue.add_argument("--ip", action="append", default=[], help="extra IP address SAN (repeatable)")
@@ -372,6 +373,8 @@ def identity_for(role: str, deployer: str | None, name: str) -> tuple[PeerIdenti
         return PeerIdentity("verifier", name=name), [verifier_dns()]
     if role == "operator":
         return PeerIdentity("operator"), []
+    if role == "auditor":
+        return PeerIdentity("auditor", name=name), []
     return PeerIdentity("client", name=name), []
 
 
