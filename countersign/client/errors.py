@@ -56,6 +56,9 @@ def bounded_text(value: object, limit: int) -> str:
     return f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters)"
 
 
+# gRPC's words when the server's certificate (of a trusted CA) does not name the pinned server.
+HOSTNAME_MISMATCH = "Hostname Verification Check failed"
+
 # What parsing a server's rich status may raise: a code or message that contradicts the status line
 # (ValueError), bytes that are no Status or Any (protobuf's DecodeError), metadata of the wrong type.
 _MALFORMED_STATUS = (ValueError, TypeError, AttributeError, protobuf_message.Error)
@@ -97,6 +100,10 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
     ``details()`` and ``trailing_metadata()`` synchronously (an aio error is a snapshot of the
     finished call), and both iterate their trailing metadata as (key, value) pairs.
 
+    A connection refused because the server's certificate names another service or deployer than the
+    one pinned is ``WRONG_SERVER`` (not retryable), saying what the server is and what was expected
+    (:func:`countersign.client.tls.wrong_server_message`, which reads the server's certificate).
+
     Never raises: whatever a server sends (a status that contradicts its trailers, trailers that do
     not parse, a code outside the list, text of any length) becomes a :class:`ServiceError` with a
     code of :class:`ErrorCode` and a bounded message (:data:`MAX_MESSAGE_CHARS`)."""
@@ -108,6 +115,11 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
     if typed is not None:
         return typed
     text = exc.details() if callable(getattr(exc, "details", None)) else None
+    if code is grpc.StatusCode.UNAVAILABLE and isinstance(text, str) and HOSTNAME_MISMATCH in text:
+        from countersign.client.tls import wrong_server_message
+
+        # A server of this CA for another service or deployer: no retry reaches a different one.
+        return ServiceError(ErrorCode.WRONG_SERVER, bounded_text(wrong_server_message(text), MAX_MESSAGE_CHARS), code)
     transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     message = bounded_text(text, MAX_MESSAGE_CHARS) if text else code.name
     return ServiceError(ErrorCode.of(code.name), message, code, retryable=transient)
