@@ -122,7 +122,7 @@ class VerifierConfig:
     verdict_log: bool = True
     verdict_retention_ms: int = 30 * 86_400_000
     verdict_log_max_rows: int = 1_000_000
-    verdict_log_max_bytes: int = 1 << 30
+    verdict_log_max_bytes: int = 4 << 30
     # The most receipts one VerifySession request may carry (ADR 0022). In accept mode the store may
     # bound it further: DynamoDB consumes a session in one transaction of at most 100 items.
     max_session_receipts: int = DEFAULT_MAX_SESSION_RECEIPTS
