@@ -47,13 +47,13 @@ def test_the_kept_mesh_verifies_remotely_and_stops_cleanly(tmp_path: Path) -> No
         again = subprocess.run(run, capture_output=True, text=True, timeout=60)
         assert again.returncode == 1 and "NONCE_REPLAYED" in again.stdout, again.stdout
         pids = [d["pid"] for d in mesh["daemons"].values()]
-        assert len(pids) == 5 and all(_alive(pid) for pid in pids)
+        assert len(pids) == 6 and all(_alive(pid) for pid in pids)  # deployer-c runs two signer replicas
     finally:
         demo.send_signal(signal.SIGTERM)
         out, err = demo.communicate(timeout=60)
     assert demo.returncode == 0, out + err
     assert "SIGTERM: stopping the mesh" in out
     shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
-    assert shutdown.count("exit 0") == 5, shutdown
+    assert shutdown.count("exit 0") == 6, shutdown
     assert not any(_alive(pid) for pid in pids)
     assert "Traceback" not in err
