@@ -18,13 +18,13 @@ from countersign.keys import PublicKey, Signer
 from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
 # gRPC, TLS and the daemon plumbing are imported by the commands that use them, so that `countersign
-# --help` and the offline commands run on the core alone (`pip install countersign`, no extras).
+# --help` and the offline commands run on the core alone (`pip install countersign-mesh`, no extras).
 if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
     from countersign.checkpoint import SignedCheckpoint
-    from countersign.client.errors import ServiceError
     from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
+    from countersign.errors import ServiceError
 
 
 # What each admission statement does, in the operator's words (the statement kind is the wire name).

@@ -23,9 +23,8 @@ from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.server import usable_cpus
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
-from countersign.client.errors import ServiceError
 from countersign.client.tls import TlsConfig
-from countersign.errors import ConfigError, CountersignError, MalformedError, StateUnavailable
+from countersign.errors import ConfigError, CountersignError, MalformedError, ServiceError, StateUnavailable
 from countersign.policy import MAX_POLICY_BYTES, POLICY_NAME_PATTERN, ConsumerPolicy, PolicyError, parse_policy
 from countersign.prefix_cache import DEFAULT_MAX_ENTRIES as DEFAULT_PREFIX_CACHE_ENTRIES
 from countersign.prefix_cache import MAX_ENTRIES_LIMIT as MAX_PREFIX_CACHE_ENTRIES
@@ -350,7 +349,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         started = time.perf_counter()
         mode = _MODES.get(request.mode)
         if mode is None:
-            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}")
         request_id = self._request_id(request.request_id, context)
         consumer_policy = self._consumer_policy(request.policy)
         output = self._output(request)
@@ -392,19 +391,15 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         """The output as presented: its bytes, or exactly one SHA-256 instead of them."""
         if request.output_sha256:
             if request.output:
-                raise ServiceError(
-                    "INVALID_ARGUMENT", "send output or output_sha256, not both", grpc.StatusCode.INVALID_ARGUMENT
-                )
+                raise ServiceError("INVALID_ARGUMENT", "send output or output_sha256, not both")
             if len(request.output_sha256) != OUTPUT_SHA256_BYTES:
                 raise ServiceError(
                     "INVALID_ARGUMENT", f"output_sha256 must be {OUTPUT_SHA256_BYTES} bytes",
-                    grpc.StatusCode.INVALID_ARGUMENT,
                 )  # fmt: skip
             return OutputDigest(request.output_sha256)
         if len(request.output) > MAX_OUTPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"output exceeds {MAX_OUTPUT_BYTES >> 20} MiB: send its SHA-256 as output_sha256",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         return request.output
 
@@ -415,7 +410,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         if sum(given) > 1:
             raise ServiceError(
                 "INVALID_ARGUMENT", "an output is absent, its data or its sha256: one of them",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         if presented.absent:
             return None
@@ -423,7 +417,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             if len(presented.sha256) != OUTPUT_SHA256_BYTES:
                 raise ServiceError(
                     "INVALID_ARGUMENT", f"an output's sha256 must be {OUTPUT_SHA256_BYTES} bytes",
-                    grpc.StatusCode.INVALID_ARGUMENT,
                 )  # fmt: skip
             return OutputDigest(presented.sha256)
         return presented.data
@@ -442,21 +435,19 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         started = time.perf_counter()
         mode = _MODES.get(request.mode)
         if mode is None:
-            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}")
         request_id = self._request_id(request.request_id, context)
         consumer_policy = self._consumer_policy(request.policy)
         if sum(len(o.data) for o in request.outputs) > MAX_OUTPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"outputs exceed {MAX_OUTPUT_BYTES >> 20} MiB in all: send their SHA-256 instead",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         if len(request.outputs) > MAX_SESSION_RECEIPTS:
-            raise ServiceError("INVALID_ARGUMENT", "too many outputs", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", "too many outputs")
         outputs = [self._session_output(o) for o in request.outputs] or None
         if len(request.session) > SESSION_INPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"session evidence exceeds {SESSION_INPUT_BYTES >> 20} MiB",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         session: SessionEvidence | None = None
         summary: SessionSummary | None = None
@@ -481,7 +472,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                         "INVALID_ARGUMENT",
                         f"{len(session.receipts)} receipts: this verifier takes at most {limit} per {mode.value}"
                         " request (max_session_receipts; ADR 0022)",
-                        grpc.StatusCode.INVALID_ARGUMENT,
                     )
                 if outputs is not None and len(outputs) != len(session.receipts):
                     result = VerificationResult.reject(
@@ -513,7 +503,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             return None
         policy = self._consumer_policies.get(name)
         if policy is None:
-            raise ServiceError("INVALID_ARGUMENT", f"unknown policy {name[:64]!r}", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", f"unknown policy {name[:64]!r}")
         return policy
 
     @staticmethod
@@ -525,7 +515,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         if len(key) > MAX_REQUEST_ID or not key.isascii() or not key.isprintable():
             raise ServiceError(
                 "INVALID_ARGUMENT", f"request_id must be 1 to {MAX_REQUEST_ID} printable ASCII characters",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         identity = peer_identity(context)
         return f"{identity.uri if identity is not None else 'plaintext'}|{key}"

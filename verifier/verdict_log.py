@@ -20,8 +20,7 @@ from countersign._daemon.group_commit import GroupCommit
 from countersign._daemon.registry_follower import now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import verifier_pb2
-from countersign.client.errors import ServiceError
-from countersign.errors import CountersignError, MalformedError, StateUnavailable
+from countersign.errors import CountersignError, MalformedError, ServiceError, StateUnavailable
 from countersign.impact import ImpactReport, collect_impact, distrusted_by, impact_query, key_changes, path_dependencies
 from countersign.reasons import VerificationResult
 from countersign.records import Path
@@ -226,24 +225,16 @@ def answer_impact(
     if identity is not None and identity.role in WHOLE_LOG_ROLES:
         whole_log = True
     elif not whole_log and (identity is None or identity.role not in OWN_VERDICTS_ROLES):
-        raise ServiceError(
-            "NOT_AUTHORISED", "Impact is for auditor, operator and client certificates",
-            grpc.StatusCode.PERMISSION_DENIED,
-        )  # fmt: skip
+        raise ServiceError("NOT_AUTHORISED", "Impact is for auditor, operator and client certificates")
     if request.mark and not whole_log:
-        raise ServiceError(
-            "NOT_AUTHORISED", "marking the verdict log is for auditor and operator certificates",
-            grpc.StatusCode.PERMISSION_DENIED,
-        )  # fmt: skip
+        raise ServiceError("NOT_AUTHORISED", "marking the verdict log is for auditor and operator certificates")
     field = request.WhichOneof("query")
     if field is None:
-        raise ServiceError(
-            "INVALID_ARGUMENT", "give key_id, record_digest or deployer", grpc.StatusCode.INVALID_ARGUMENT
-        )
+        raise ServiceError("INVALID_ARGUMENT", "give key_id, record_digest or deployer")
     try:
         query = impact_query(_QUERY_FIELDS[field], getattr(request, field), request.since_ms)
     except MalformedError as exc:
-        raise ServiceError("INVALID_ARGUMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+        raise ServiceError("INVALID_ARGUMENT", str(exc)) from None
     own = None if whole_log or identity is None else identity.uri
     report = collect_impact(store, query, limit=IMPACT_LOOKUP_LIMIT, client=own)
     newly = 0

@@ -2,7 +2,8 @@
 
 A server ends a refused call with a gRPC status carrying ``google.rpc.ErrorInfo`` whose ``reason`` is
 a code of :class:`countersign.errors.ErrorCode`; :func:`from_rpc_error` turns it back into a
-:class:`ServiceError` (a transport failure becomes ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED``).
+:class:`countersign.errors.ServiceError` (a transport failure becomes ``UNAVAILABLE`` or
+``DEADLINE_EXCEEDED``), a :class:`ReceivedError` that also keeps the status the call ended with.
 """
 
 from __future__ import annotations
@@ -14,31 +15,29 @@ from google.protobuf import message as protobuf_message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from countersign.errors import CountersignError, ErrorCode
+from countersign.errors import ErrorCode, ServiceError
 
 DOMAIN = "countersign.dev"
 
+__all__ = ["DOMAIN", "ReceivedError", "ServiceError", "from_rpc_error"]
 
-class ServiceError(CountersignError):
-    """An error with a code from the API's error list (proto/countersign/v1/common.proto)."""
+
+class ReceivedError(ServiceError):
+    """A :class:`ServiceError` read from a finished call: ``status`` is the gRPC status the call ended
+    with, as received (a Countersign server picks it from the code at its edge; a transport failure
+    has its own). Catch :class:`ServiceError` and read ``code``; ``status`` is for diagnostics."""
 
     def __init__(
         self,
         code: ErrorCode | str,
         message: str,
-        status: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
+        status: grpc.StatusCode,
         *,
-        retryable: bool = False,
+        retryable: bool | None = None,
         details: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.code = ErrorCode(code)  # a name outside the closed list is a bug: ValueError
+        super().__init__(code, message, retryable=retryable, details=details)
         self.status = status
-        self.retryable = retryable
-        self.details = dict(details or {})
-
-    def __repr__(self) -> str:
-        return f"ServiceError({self.code}: {self})"
 
 
 # What a client keeps of whatever a server sends: a hostile or broken server may send any status,
@@ -46,6 +45,11 @@ class ServiceError(CountersignError):
 MAX_MESSAGE_CHARS = 2_048
 MAX_DETAILS = 16
 MAX_DETAIL_CHARS = 256
+# gRPC's words when the server's certificate (of a trusted CA) does not name the pinned server.
+HOSTNAME_MISMATCH = "Hostname Verification Check failed"
+# What parsing a server's rich status may raise: a code or message that contradicts the status line
+# (ValueError), bytes that are no Status or Any (protobuf's DecodeError), metadata of the wrong type.
+_MALFORMED_STATUS = (ValueError, TypeError, AttributeError, protobuf_message.Error)
 
 
 def bounded_text(value: object, limit: int) -> str:
@@ -56,20 +60,12 @@ def bounded_text(value: object, limit: int) -> str:
     return f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters)"
 
 
-# gRPC's words when the server's certificate (of a trusted CA) does not name the pinned server.
-HOSTNAME_MISMATCH = "Hostname Verification Check failed"
-
-# What parsing a server's rich status may raise: a code or message that contradicts the status line
-# (ValueError), bytes that are no Status or Any (protobuf's DecodeError), metadata of the wrong type.
-_MALFORMED_STATUS = (ValueError, TypeError, AttributeError, protobuf_message.Error)
-
-
 def _status_code(exc: grpc.RpcError) -> grpc.StatusCode:
     code = exc.code() if callable(getattr(exc, "code", None)) else None
     return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
 
 
-def _typed_detail(exc: grpc.RpcError, code: grpc.StatusCode) -> ServiceError | None:
+def _typed_detail(exc: grpc.RpcError, code: grpc.StatusCode) -> ReceivedError | None:
     """The ErrorInfo of our domain in the call's rich status, or None when there is none. Raises
     whatever a malformed status makes the parser raise: the caller treats that as no ErrorInfo."""
     status = rpc_status.from_call(exc)
@@ -83,7 +79,7 @@ def _typed_detail(exc: grpc.RpcError, code: grpc.StatusCode) -> ServiceError | N
                 for k, v in sorted(info.metadata.items())
                 if k != "retryable"
             }
-            return ServiceError(
+            return ReceivedError(
                 ErrorCode.of(info.reason),
                 bounded_text(status.message, MAX_MESSAGE_CHARS),
                 code,
@@ -93,7 +89,7 @@ def _typed_detail(exc: grpc.RpcError, code: grpc.StatusCode) -> ServiceError | N
     return None
 
 
-def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
+def from_rpc_error(exc: grpc.RpcError) -> ReceivedError:
     """Rebuild the typed error a server sent (or a transport error as UNAVAILABLE).
 
     ``exc`` is a sync call's error or a ``grpc.aio.AioRpcError``: both answer ``code()``,
@@ -105,7 +101,7 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
     (:func:`countersign.client.tls.wrong_server_message`, which reads the server's certificate).
 
     Never raises: whatever a server sends (a status that contradicts its trailers, trailers that do
-    not parse, a code outside the list, text of any length) becomes a :class:`ServiceError` with a
+    not parse, a code outside the list, text of any length) becomes a :class:`ReceivedError` with a
     code of :class:`ErrorCode` and a bounded message (:data:`MAX_MESSAGE_CHARS`)."""
     code = _status_code(exc)
     try:
@@ -119,7 +115,8 @@ def from_rpc_error(exc: grpc.RpcError) -> ServiceError:
         from countersign.client.tls import wrong_server_message
 
         # A server of this CA for another service or deployer: no retry reaches a different one.
-        return ServiceError(ErrorCode.WRONG_SERVER, bounded_text(wrong_server_message(text), MAX_MESSAGE_CHARS), code)
+        message = bounded_text(wrong_server_message(text), MAX_MESSAGE_CHARS)
+        return ReceivedError(ErrorCode.WRONG_SERVER, message, code, retryable=False)
     transient = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     message = bounded_text(text, MAX_MESSAGE_CHARS) if text else code.name
-    return ServiceError(ErrorCode.of(code.name), message, code, retryable=transient)
+    return ReceivedError(ErrorCode.of(code.name), message, code, retryable=transient)

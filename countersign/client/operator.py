@@ -184,7 +184,7 @@ class KnownHead:
 
 
 def not_served(message: str) -> ServiceError:
-    return ServiceError("NOT_SERVED", message, grpc.StatusCode.FAILED_PRECONDITION)
+    return ServiceError("NOT_SERVED", message)
 
 
 def check_reaches(copy: AdmissionLog, known: KnownHead | None, *, ignoring: str | None = None) -> None:

@@ -304,9 +304,7 @@ class SignerClient:
                 continue
             self._failover.answered(index)
             return answer
-        raise last or ServiceError(
-            "DEADLINE_EXCEEDED", "no signer replica answered in time", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
-        )
+        raise last or ServiceError("DEADLINE_EXCEEDED", "no signer replica answered in time", retryable=True)
 
     def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
         if not request.request_id:
@@ -441,9 +439,7 @@ class AsyncSignerClient:
                 continue
             self._failover.answered(index)
             return answer
-        raise last or ServiceError(
-            "DEADLINE_EXCEEDED", "no signer replica answered in time", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
-        )
+        raise last or ServiceError("DEADLINE_EXCEEDED", "no signer replica answered in time", retryable=True)
 
     async def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
         if not request.request_id:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import re
 import socket
 import ssl
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from countersign.errors import ConfigError
 
 TRUST_DOMAIN = "countersign.local"
+ENV_CLIENT_TLS = "COUNTERSIGN_CLIENT_"  # a client's mTLS material: COUNTERSIGN_CLIENT_{CA,CERT,KEY}
 MAX_MESSAGE_BYTES = 24 << 20
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -118,6 +121,19 @@ class TlsConfig:
             return Path(location).read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read tls.{name} {location}: {exc.strerror}") from None
+
+
+def tls_from_env(environ: Mapping[str, str] | None = None) -> TlsConfig:
+    """This client's mTLS material from ``COUNTERSIGN_CLIENT_{CA,CERT,KEY}`` (file paths;
+    ``COUNTERSIGN_CLIENT_INSECURE_LOOPBACK=1`` instead: no TLS, loopback only). Raises ConfigError
+    naming what is missing or unreadable."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV_CLIENT_TLS + "INSECURE_LOOPBACK", "") in ("1", "true"):
+        return TlsConfig(insecure_loopback=True)
+    ca, cert, key = (env.get(ENV_CLIENT_TLS + part, "") for part in ("CA", "CERT", "KEY"))
+    tls = TlsConfig(ca=ca, cert=cert, key=key)
+    tls.validate(f"{ENV_CLIENT_TLS}{{CA,CERT,KEY}}")
+    return tls
 
 
 def _credentials(tls: TlsConfig) -> grpc.ChannelCredentials:

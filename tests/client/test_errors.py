@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from countersign.client import ErrorCode, ServiceError
-from countersign.client.errors import DOMAIN, from_rpc_error
+from countersign.client.errors import DOMAIN, ReceivedError, from_rpc_error
 
 pytestmark = pytest.mark.offline
 
@@ -119,7 +119,7 @@ def test_whatever_a_server_sends_becomes_a_bounded_service_error(
     code: object, details: object, trailing: list[tuple[str, object]]
 ) -> None:
     error = from_rpc_error(HostileError(code, details, trailing))
-    assert type(error) is ServiceError
+    assert type(error) is ReceivedError
     assert isinstance(error.code, ErrorCode)
     assert isinstance(error.status, grpc.StatusCode)
     assert len(str(error)) <= 2_048

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from countersign.client import ServiceError
+from countersign.client import Consumer, ServiceError
 from countersign.errors import ErrorCode, MalformedError
 from countersign.integrations import mcp as binding
 from countersign.integrations.mcp import (
@@ -29,6 +29,7 @@ from countersign.integrations.mcp import (
     refusal_error,
     result_bytes,
 )
+from countersign.registry import Registry
 
 pytestmark = pytest.mark.offline
 
@@ -110,7 +111,8 @@ def test_evidence_must_be_there_and_well_formed() -> None:
     for bad in ({"v": 2, "path": {}}, {"v": 1}, {"v": 1, "path": {}, "more": 1}, "cs1.x", {"v": True, "path": {}}):
         with pytest.raises(MalformedError):
             evidence_of({"content": [], "_meta": {EVIDENCE_KEY: bad}})
-    verdict = binding.verify_result({"content": [], "_meta": {EVIDENCE_KEY: {"v": 1, "path": {"v": 1}}}}, registry="x")
+    malformed = {"content": [], "_meta": {EVIDENCE_KEY: {"v": 1, "path": {"v": 1}}}}
+    verdict = binding.verify_result(malformed, Consumer.offline(Registry({})))
     assert not verdict
     assert verdict.reason is not None and verdict.reason.value == "MALFORMED"
 
@@ -131,9 +133,9 @@ def test_a_refusal_round_trips_as_a_typed_error() -> None:
 
 def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mcp_types", None)
-    with pytest.raises(ImportError, match=r"countersign\[mcp\]"):
+    with pytest.raises(ImportError, match=r"countersign-mesh\[mcp\]"):
         binding.require_mcp()
-    with pytest.raises(ImportError, match=r"countersign\[mcp\]"):
+    with pytest.raises(ImportError, match=r"countersign-mesh\[mcp\]"):
         binding.SigningMiddleware(system="s")
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from countersign._daemon.tls import PeerIdentity, issue_certificate
 from countersign._proto.v1 import verifier_pb2
-from countersign.client import ServiceError, TlsConfig, VerifierClient
-from countersign.client.errors import from_rpc_error
+from countersign.client import TlsConfig, VerifierClient
+from countersign.client.errors import ReceivedError, from_rpc_error
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import channel_to, service_error, sha256, verifier_stub
 
@@ -91,7 +91,7 @@ def test_a_query_of_any_length_is_refused_typed_and_bounded(make_mesh: Callable[
     try:
         for length in (100, 10_000, 15_000):
             error = service_error(lambda length=length: client.impact(deployer="d" * length))  # type: ignore[misc]
-            assert type(error) is ServiceError
+            assert type(error) is ReceivedError
             assert (error.code, error.status) == ("INVALID_ARGUMENT", grpc.StatusCode.INVALID_ARGUMENT), error
             assert len(str(error)) < 300 and "is not a deployer id" in str(error)
         channel = channel_to(mesh, "verifier-0", "client")
