@@ -295,7 +295,7 @@ class LocalMesh:
         if self.checkpoints is not None or every == 0:
             return
         self.checkpoints = CheckpointLoop(
-            self.operator_address, self.tls_for("operator"), self.operator,
+            lambda: self.coordinator_addresses, self.tls_for("operator"), self.operator,
             every_ms=every, checkpoint_lifetime_ms=self.lifetime_ms, known_head=self.operator_head,
         ).start()  # fmt: skip
 

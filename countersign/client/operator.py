@@ -37,8 +37,10 @@ from countersign.checkpoint import (
     sign_checkpoint,
 )
 from countersign.client.errors import ServiceError, from_rpc_error
+from countersign.client.failover import addresses_of
 from countersign.client.lanes import unary
 from countersign.client.tls import TlsConfig, coordinator_dns, open_aio_channel, open_channel
+from countersign.errors import CountersignError
 from countersign.keys import PublicKey, Signer
 from countersign.records import DIGEST_PATTERN
 
@@ -588,7 +590,8 @@ class CheckpointLoop:
     """Sign and submit a checkpoint every ``every_ms`` (a third of the lifetime is a good choice: two
     failed rounds still leave followers fresh). Runs in a daemon thread; an error is logged and
     reported to ``on_error`` and the next round tries again. ``address`` is read each round, so a
-    coordinator that restarts on another port is followed."""
+    coordinator that restarts on another port is followed; it may name several coordinator replicas
+    (separated by commas): each round submits at the first that takes the checkpoint."""
 
     def __init__(
         self,
@@ -612,14 +615,24 @@ class CheckpointLoop:
         self._thread: threading.Thread | None = None
 
     def once(self) -> SignedCheckpoint:
-        client = OperatorClient(
-            self._address(), self._tls, self._operator,
-            checkpoint_lifetime_ms=self.checkpoint_lifetime_ms, known_head=self.known_head,
-        )  # fmt: skip
-        try:
-            return client.checkpoint()
-        finally:
-            client.close()
+        """One checkpoint, at the first coordinator (of the replicas ``address`` names, separated by
+        commas) that takes it and serves it back; raises the last one's error when none did."""
+        failure: CountersignError | None = None
+        for address in addresses_of(self._address()):
+            client = OperatorClient(
+                address, self._tls, self._operator,
+                checkpoint_lifetime_ms=self.checkpoint_lifetime_ms, known_head=self.known_head,
+            )  # fmt: skip
+            try:
+                return client.checkpoint()
+            except CountersignError as exc:  # unreachable, refusing or withholding: the next replica may not be
+                failure = exc
+                log.warning("checkpoint not submitted at this coordinator", extra={"coordinator": address,
+                            "error": str(exc), "code": getattr(exc, "code", "")})  # fmt: skip
+            finally:
+                client.close()
+        assert failure is not None  # addresses_of names at least one
+        raise failure
 
     def run(self) -> None:
         """Loop until :meth:`stop` (in the calling thread)."""
