@@ -1,14 +1,15 @@
-"""The verifier's durable state, behind one interface, and its in-memory implementation.
+"""The verifier's durable state, behind two interfaces, each with its in-memory reference.
 
-Verification needs to remember two things across requests: which leaf nonces were consumed (so an
-accepted path cannot be accepted again) and which children each parent already has (so a parent's
-signed ``max_children`` holds across paths). Durable backends (SQLite, PostgreSQL, DynamoDB) live with
-the verifier service; they implement the same :class:`VerifierState` and pass the same conformance
-suite.
+* :class:`ReplayState`: what verification needs to remember across requests, which leaf nonces were
+  consumed (so an accepted path cannot be accepted again) and which children each parent already has
+  (so a parent's signed ``max_children`` holds across paths). Reference: :class:`InMemoryReplayState`.
+* :class:`VerdictLog`: one entry per verdict the verifier answered, naming every record and signing
+  key it relied on, so that "which accepted outputs relied on the key we just revoked?" is an indexed
+  query (``countersign.impact`` walks it). Reference: :class:`InMemoryVerdictLog`.
 
-The same stores keep the verifier's **verdict log** (:class:`VerdictLog`): one entry per verdict the
-verifier answered, naming every record and signing key it relied on, so that "which accepted outputs
-relied on the key we just revoked?" is an indexed query (``countersign.impact`` walks it).
+A backend implements either or both (:class:`VerifierStore`; :class:`InMemoryState` is both
+references in one). Durable backends (SQLite, PostgreSQL, DynamoDB) live with the verifier service,
+keep both, and pass the same conformance suites as the references (tests/stores).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 from countersign.reasons import Reason
 
@@ -70,10 +71,11 @@ class StateRejection:
     index: int
 
 
-class VerifierState(Protocol):
-    """Durable verifier state. Implementations must make :meth:`admit` atomic across every verifier
-    sharing the store: two concurrent calls for the same leaf nonce accept at most one, and concurrent
-    children of one parent never exceed ``max_children``.
+@runtime_checkable
+class ReplayState(Protocol):
+    """Replay admission: consumed leaf nonces and child sets. Implementations must make :meth:`admit`
+    atomic across every verifier sharing the store: two concurrent calls for the same leaf nonce accept
+    at most one, and concurrent children of one parent never exceed ``max_children``.
 
     Methods raise :class:`countersign.errors.StateUnavailable` when the store cannot be reached; they
     never turn an outage into an accept or a reject.
@@ -116,7 +118,8 @@ class VerifierState(Protocol):
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
         """Forget at most ``limit`` entries whose retention ended before ``now_ms``; return how many.
-        A store that also keeps the verdict log forgets its expired verdicts here too."""
+        A backend that also keeps the verdict log forgets its expired verdicts in the same call (one
+        pass over its store), counted among the entries: :meth:`VerdictLog.collect_expired`."""
         ...
 
     def entry_count(self) -> int:
@@ -124,6 +127,11 @@ class VerifierState(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+VerifierState = ReplayState
+"""The name :class:`ReplayState` had while it was the only verifier state (before issue 31); the core's
+``verify_path`` and the SDK's consumer still take their ``state`` under it."""
 
 
 # --- the verdict log -------------------------------------------------------------------------
@@ -336,6 +344,7 @@ def trim_by_share(
     return removed
 
 
+@runtime_checkable
 class VerdictLog(Protocol):
     """The verifier's durable, bounded log of its verdicts. Every method raises
     :class:`countersign.errors.StateUnavailable` when the store cannot be reached.
@@ -387,8 +396,17 @@ class VerdictLog(Protocol):
         """Forget verdicts while the log holds more than ``max_rows`` of them or (given) more than
         ``max_bytes``, each time the oldest of the client holding the most (:func:`trim_by_share`), at
         most ``limit``; return how many. A path goes with the last of its client's verdicts on it.
-        Verdicts past their ``retain_until_ms`` go with :meth:`VerifierState.collect_expired`."""
+        Verdicts past their ``retain_until_ms`` go with :meth:`collect_expired`."""
         ...
+
+    def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
+        """Forget at most ``limit`` verdicts whose ``retain_until_ms`` is before ``now_ms`` (and each
+        path with the last of its client's verdicts on it); return how many verdicts. A backend that
+        also keeps replay state forgets its expired entries in the same call
+        (:meth:`ReplayState.collect_expired`): the verifier calls it once per backend."""
+        ...
+
+    def close(self) -> None: ...
 
     def verdict_count(self) -> int:
         """Verdicts held in the log."""
@@ -399,8 +417,10 @@ class VerdictLog(Protocol):
         ...
 
 
-class VerifierStore(VerifierState, VerdictLog, Protocol):
-    """What a verifier's store gives it: the state verification needs, and the verdict log."""
+@runtime_checkable
+class VerifierStore(ReplayState, VerdictLog, Protocol):
+    """A backend that keeps both: replay state and the verdict log, in one store (every built-in durable
+    backend does). Its one :meth:`collect_expired` forgets expired entries of both."""
 
 
 def _oldest_first(entry: VerdictEntry) -> tuple[int, str]:
@@ -429,20 +449,19 @@ def first_repeated_leaf(leaves: Sequence[LeafNonce]) -> int | None:
     return None
 
 
-class InMemoryState:
-    """Process-local state for tests, the conformance harness and one-shot command-line checks."""
+class InMemoryReplayState:
+    """The reference :class:`ReplayState`, process-local: for tests, the conformance harness and
+    one-shot command-line checks. Every backend answers as it does (tests/stores)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._replay_lock = threading.Lock()
         self._nonces: dict[str, tuple[int, str, int]] = {}  # nonce -> (retain until, request id, accepted)
         self._children: dict[str, dict[str, int]] = {}
-        self._verdicts: dict[str, VerdictEntry] = {}
-        self._path_refs: dict[tuple[str, bytes], int] = {}  # (client, path digest) -> its verdicts held
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
     ) -> StateRejection | EarlierAcceptance | None:
-        with self._lock:
+        with self._replay_lock:
             for edge in edges:
                 children = self._children.get(edge.parent_digest, {})
                 if edge.child_nonce not in children and len(children) >= edge.max_children:
@@ -463,7 +482,7 @@ class InMemoryState:
         self, edges: Sequence[ChildEdge], leaves: Sequence[LeafNonce], *, consume: bool, now_ms: int
     ) -> StateRejection | EarlierAcceptance | None:
         check_session_leaves(leaves, self.max_session_leaves if consume else MAX_SESSION_LEAVES)
-        with self._lock:
+        with self._replay_lock:
             for edge in edges:
                 children = self._children.get(edge.parent_digest, {})
                 if edge.child_nonce not in children and len(children) >= edge.max_children:
@@ -492,7 +511,7 @@ class InMemoryState:
         return MAX_SESSION_LEAVES
 
     def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
-        with self._lock:
+        with self._replay_lock:
             expired = [n for n, (until, _, _) in self._nonces.items() if until < now_ms][:limit]
             for nonce in expired:
                 del self._nonces[nonce]
@@ -506,22 +525,29 @@ class InMemoryState:
                     removed += 1
                 if not children:
                     del self._children[parent]
-            expired_verdicts = [v for v, e in self._verdicts.items() if e.retain_until_ms < now_ms]
-            removed += self._forget(expired_verdicts[: max(0, limit - removed)]).rows
             return removed
+
+    def entry_count(self) -> int:
+        with self._replay_lock:
+            return len(self._nonces) + sum(len(c) for c in self._children.values())
 
     def close(self) -> None:
         return None
 
-    def entry_count(self) -> int:
-        with self._lock:
-            return len(self._nonces) + sum(len(c) for c in self._children.values())
+
+class InMemoryVerdictLog:
+    """The reference :class:`VerdictLog`, process-local. Every backend answers as it does (tests/stores)."""
+
+    def __init__(self) -> None:
+        self._log_lock = threading.Lock()
+        self._verdicts: dict[str, VerdictEntry] = {}
+        self._path_refs: dict[tuple[str, bytes], int] = {}  # (client, path digest) -> its verdicts held
 
     def record_verdict(self, entry: VerdictEntry) -> None:
         self.record_verdicts([entry])
 
     def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
-        with self._lock:
+        with self._log_lock:
             for entry in entries:
                 if entry.verdict_id in self._verdicts:
                     continue
@@ -541,7 +567,7 @@ class InMemoryState:
         client: str | None = None,
     ) -> list[VerdictEntry]:
         wanted = set(values)
-        with self._lock:
+        with self._log_lock:
             found = [
                 entry
                 for entry in self._verdicts.values()
@@ -554,7 +580,7 @@ class InMemoryState:
 
     def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
         marked = 0
-        with self._lock:
+        with self._log_lock:
             for verdict_id in dict.fromkeys(v.verdict_id for v in verdicts):
                 entry = self._verdicts.get(verdict_id)
                 if entry is not None and not entry.needs_revalidation:
@@ -597,11 +623,11 @@ class InMemoryState:
         return usage
 
     def verdict_usage(self) -> dict[str, ClientUsage]:
-        with self._lock:
+        with self._log_lock:
             return self._usage()
 
     def trim_verdict_log(self, max_rows: int, limit: int = 10_000, *, max_bytes: int | None = None) -> int:
-        with self._lock:
+        with self._log_lock:
 
             def forget_oldest(client: str, count: int) -> ClientUsage:
                 mine = sorted((e for e in self._verdicts.values() if e.client == client), key=_oldest_first)
@@ -610,5 +636,29 @@ class InMemoryState:
             return trim_by_share(self._usage(), max_rows, max_bytes, limit, forget_oldest)
 
     def verdict_count(self) -> int:
-        with self._lock:
+        with self._log_lock:
             return len(self._verdicts)
+
+    def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
+        with self._log_lock:
+            expired = [v for v, e in self._verdicts.items() if e.retain_until_ms < now_ms]
+            return self._forget(expired[: max(0, limit)]).rows
+
+    def close(self) -> None:
+        return None
+
+
+class InMemoryState(InMemoryReplayState, InMemoryVerdictLog):
+    """Both references in one object (a :class:`VerifierStore`), as the durable backends keep both:
+    its :meth:`collect_expired` forgets expired replay entries first, then verdicts, ``limit`` in all."""
+
+    def __init__(self) -> None:
+        InMemoryReplayState.__init__(self)
+        InMemoryVerdictLog.__init__(self)
+
+    def collect_expired(self, now_ms: int, limit: int = 10_000) -> int:
+        removed = InMemoryReplayState.collect_expired(self, now_ms, limit)
+        return removed + InMemoryVerdictLog.collect_expired(self, now_ms, max(0, limit - removed))
+
+    def close(self) -> None:
+        return None

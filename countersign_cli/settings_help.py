@@ -38,6 +38,7 @@ MEANINGS = {
     "lanes_per_peer": "lanes accepted from each peer signer and runtime connection, and opened to each parent",
     "lane_idle_ms": "a co-signing lane idle this long is closed",
     "store_url": "the verifier's durable state: sqlite:///..., postgresql://... or dynamodb://table?region=...",
+    "verdict_log_url": "where the verdict log lives when not in store_url's store (empty: there; same URL forms)",
     "allow_baselines": "also accept NO-CHAIN, HASH-ONLY and NAIVE-SIG paths (comparison only; unsafe)",
     "collect_batch": "at most this many expired rows per table per collection transaction",
     "max_stream_chunks": "most output chunks one StreamReceipts call may send (more: RESOURCE_EXHAUSTED)",

@@ -33,7 +33,7 @@ from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.sessions import MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS, SessionEvidence, SessionSummary
 from countersign.sessions import verify_session as core_verify_session
-from countersign.state import VerifierStore
+from countersign.state import InMemoryVerdictLog, ReplayState, VerdictLog
 from countersign.verify import (
     DEFAULT_POLICY,
     MAX_CLOCK_SKEW_MS,
@@ -46,7 +46,7 @@ from countersign.verify import (
     verify_path,
 )
 from verifier.signature_threads import ThreadedSignatures
-from verifier.stores import StoreConfigError, open_store
+from verifier.stores import StoreConfigError, open_verifier_stores
 from verifier.verdict_log import Revalidator, VerdictLogMetrics, VerdictRecorder, answer_impact
 
 log = logging.getLogger("countersign.verifier")
@@ -89,7 +89,10 @@ class VerifierConfig:
     registry_cache: str
     listen: str = "127.0.0.1:7402"
     metrics_listen: str = "127.0.0.1:9402"
+    # Replay state (consumed nonces, child sets) and, unless verdict_log_url names another store, the
+    # verdict log: both in the one backend store_url names (every built-in backend keeps both).
     store_url: str = "sqlite:///countersign-verifier.db"
+    verdict_log_url: str = ""
     staleness_ms: int = 30_000
     heartbeat_ms: int = 1_000
     clock_skew_ms: int = DEFAULT_POLICY.clock_skew_ms
@@ -274,7 +277,7 @@ def session_response_message(
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
         self,
-        state: VerifierStore,
+        state: ReplayState,
         follower: RegistryFollower,
         policy: VerifierPolicy,
         metrics: VerifierMetrics,
@@ -287,14 +290,20 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         consumer_policies: Mapping[str, ConsumerPolicy] | None = None,
         prefix_cache: PrefixCache | None = None,
         max_session_receipts: int = DEFAULT_MAX_SESSION_RECEIPTS,
+        verdict_log: VerdictLog | None = None,
     ) -> None:
         self._max_session_receipts = max_session_receipts
+        # The log Impact reads: given, or the state's own backend's; with neither, an empty one (a
+        # verifier recording no verdicts, on a backend that keeps none, has nothing to answer with).
+        if verdict_log is None:
+            verdict_log = state if isinstance(state, VerdictLog) else InMemoryVerdictLog()
+        self._verdict_log = verdict_log
         self._consumer_policies = dict(consumer_policies or {})
         self._prefix_cache = prefix_cache
         self._state = state
         self._verdicts = verdicts
         self._verdict_log_metrics = verdict_log_metrics or VerdictLogMetrics(
-            prometheus_client.CollectorRegistry(), state
+            prometheus_client.CollectorRegistry(), verdict_log
         )
         self._require_identity = require_identity
         self._follower = follower
@@ -337,7 +346,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
     @servicer_edge
     def Impact(self, request: verifier_pb2.ImpactRequest, context: grpc.ServicerContext) -> verifier_pb2.ImpactResponse:
         return answer_impact(
-            request, context, self._state, self._verdict_log_metrics, require_identity=self._require_identity
+            request, context, self._verdict_log, self._verdict_log_metrics, require_identity=self._require_identity
         )
 
     def stopping(self) -> None:
@@ -525,11 +534,13 @@ class VerifierDaemon:
         self.config = config
         self.metrics_registry = prometheus_client.CollectorRegistry()
         try:
-            self.state = open_store(config.store_url)
+            self.stores = open_verifier_stores(config.store_url, config.verdict_log_url, recording=config.verdict_log)
         except StoreConfigError as exc:
             raise ConfigError(str(exc)) from None
-        self.verdict_log_metrics = VerdictLogMetrics(self.metrics_registry, self.state)
-        self.revalidator = Revalidator(self.state, self.verdict_log_metrics, lambda: self.follower.view()[0])
+        self.state = self.stores.replay
+        self.verdict_log = self.stores.verdict_log
+        self.verdict_log_metrics = VerdictLogMetrics(self.metrics_registry, self.verdict_log)
+        self.revalidator = Revalidator(self.verdict_log, self.verdict_log_metrics, lambda: self.follower.view()[0])
         self.follower = RegistryFollower(
             operator_key=parse_operator_key(config.operator_public_key),
             coordinator=config.coordinator,
@@ -544,7 +555,7 @@ class VerifierDaemon:
         self.metrics.store_entries.set_function(self._entry_count)
         self.signatures = signature_batch(config.signature_threads)
         self.verdicts = VerdictRecorder(
-            self.state, self.verdict_log_metrics, self.metrics.errors, lambda: self.follower.view()[0],
+            self.verdict_log, self.verdict_log_metrics, self.metrics.errors, lambda: self.follower.view()[0],
             enabled=config.verdict_log, retention_ms=config.verdict_retention_ms,
         )  # fmt: skip
         self.service = VerifierService(
@@ -552,7 +563,7 @@ class VerifierDaemon:
             self.signatures, self.verdicts, self.verdict_log_metrics, not config.tls.insecure_loopback,
             load_policies(config.policies),
             PrefixCache(config.prefix_cache_entries) if config.prefix_cache_entries else None,
-            config.max_session_receipts,
+            config.max_session_receipts, self.verdict_log,
         )  # fmt: skip
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
@@ -576,10 +587,10 @@ class VerifierDaemon:
         max_rows, max_bytes = self.config.verdict_log_max_rows, self.config.verdict_log_max_bytes
         while not self._stop.wait(self.config.collect_interval_ms / 1000):
             try:
-                while self.state.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
+                while self.stores.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
                     pass
                 while (
-                    self.state.trim_verdict_log(max_rows, limit=10_000, max_bytes=max_bytes) == 10_000
+                    self.verdict_log.trim_verdict_log(max_rows, limit=10_000, max_bytes=max_bytes) == 10_000
                     and not self._stop.is_set()
                 ):
                     pass
@@ -597,4 +608,4 @@ class VerifierDaemon:
         self.follower.close()
         self.revalidator.close()
         self.signatures.close()
-        self.state.close()
+        self.stores.close()

@@ -25,7 +25,7 @@ from countersign.impact import ImpactReport, collect_impact, distrusted_by, impa
 from countersign.reasons import VerificationResult
 from countersign.records import Path
 from countersign.registry import Registry
-from countersign.state import DependencyKind, VerdictEntry, VerifierStore
+from countersign.state import DependencyKind, VerdictEntry, VerdictLog
 
 log = logging.getLogger("countersign.verifier")
 
@@ -42,7 +42,7 @@ _QUERY_FIELDS = {
 
 
 class VerdictLogMetrics:
-    def __init__(self, registry: prometheus_client.CollectorRegistry, store: VerifierStore) -> None:
+    def __init__(self, registry: prometheus_client.CollectorRegistry, store: VerdictLog) -> None:
         self.marked = prometheus_client.Counter(
             "countersign_verdicts_needing_revalidation",
             "Logged verdicts this verifier flagged NEEDS_REVALIDATION, by what flagged them",
@@ -76,7 +76,7 @@ class VerdictRecorder:
 
     def __init__(
         self,
-        store: VerifierStore,
+        store: VerdictLog,
         metrics: VerdictLogMetrics,
         errors: prometheus_client.Counter,
         registry_now: Callable[[], Registry],
@@ -148,7 +148,7 @@ class Revalidator:
     registry distrusts, since a revocation may have arrived while no verifier was running; marking
     is idempotent, and the metric counts only verdicts not flagged before."""
 
-    def __init__(self, store: VerifierStore, metrics: VerdictLogMetrics, registry_now: Callable[[], Registry]) -> None:
+    def __init__(self, store: VerdictLog, metrics: VerdictLogMetrics, registry_now: Callable[[], Registry]) -> None:
         self._store = store
         self._metrics = metrics
         self._registry_now = registry_now
@@ -211,7 +211,7 @@ class Revalidator:
 def answer_impact(
     request: verifier_pb2.ImpactRequest,
     context: grpc.ServicerContext,
-    store: VerifierStore,
+    store: VerdictLog,
     metrics: VerdictLogMetrics,
     *,
     require_identity: bool,

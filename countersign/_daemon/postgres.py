@@ -205,22 +205,24 @@ class PostgresDatabase:
 
         threading.Thread(target=run, name="countersign-pg-check", daemon=True).start()
 
-    def migrate(self, migrations: Sequence[tuple[int, str]], *, table: str) -> int:
+    def migrate(self, migrations: Sequence[tuple[int, str]], *, table: str, lock: str | None = None) -> int:
         """Bring the schema to the last of ``migrations``; idempotent and safe to run concurrently.
 
         Each migration runs in its own transaction under an advisory lock keyed by the schema and
         re-reads the version (kept in ``table``) under it, so concurrent starters apply each exactly
-        once. A schema newer than this software is refused. Returns the version found before."""
+        once. ``lock`` names that lock instead (a store whose earlier releases took another one passes
+        it, so replicas of both releases queue on one lock). A schema newer than this software is
+        refused (ConfigError). Returns the version found before."""
         ident = sql.Identifier(self.schema)
-        lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(
-            sql.Literal(f"countersign-schema:{self.schema}:{table}")
+        lock_query = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(
+            sql.Literal(lock or f"countersign-schema:{self.schema}:{table}")
         )
         latest = migrations[-1][0] if migrations else 0
         found: int | None = None
         with self.connection("migrate") as conn:
             for step, text in migrations:
                 with conn.transaction():
-                    conn.execute(lock)
+                    conn.execute(lock_query)
                     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
                     conn.execute(
                         sql.SQL(

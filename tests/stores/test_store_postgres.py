@@ -128,7 +128,7 @@ def test_driver_errors_become_state_unavailable(pg_schemas: PostgresSchemas) -> 
     try:
         with psycopg.connect(pg_schemas.base_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE {}.consumed_nonces CASCADE").format(sql.Identifier(store.schema)))
-        with pytest.raises(StateUnavailable, match="PostgreSQL state"):
+        with pytest.raises(StateUnavailable, match=r"PostgreSQL \(admit\)"):
             store.admit([], LeafNonce("n", RETAIN, 0), consume=True, now_ms=0)
         with pytest.raises(StateUnavailable):
             store.entry_count()

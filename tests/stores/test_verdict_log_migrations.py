@@ -20,6 +20,7 @@ from countersign.impact import ImpactQuery, collect_impact
 from countersign.reasons import Reason
 from countersign.state import ChildEdge, DependencyKind, LeafNonce, RecordUse, StateRejection, VerdictEntry
 from tests.stores.conftest import PostgresSchemas, dynamodb_url
+from tests.stores.released_verifier_postgres import create_as_released
 from verifier.stores import open_store
 from verifier.stores import postgres as pg_store
 from verifier.stores import sqlite as sqlite_store
@@ -80,20 +81,8 @@ def test_sqlite_version_3_gains_the_verdict_log_and_keeps_its_state(tmp_path: Pa
 def test_postgres_version_2_gains_the_verdict_log_and_keeps_its_state(pg_schemas: PostgresSchemas) -> None:
     schema = pg_schemas.new()
     ident = sql.Identifier(schema)
+    create_as_released(pg_schemas.base_url, schema, 2)  # as a deployment of that release has it
     with psycopg.connect(pg_schemas.base_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.countersign_schema_version ("
-                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            ).format(ident)
-        )
-        for step in (1, 2):
-            for statement in pg_store._MIGRATIONS[step]:
-                conn.execute(sql.SQL(statement).format(schema=ident))
-            conn.execute(
-                sql.SQL("INSERT INTO {}.countersign_schema_version (version) VALUES (%s)").format(ident), (step,)
-            )
         conn.execute(
             sql.SQL("INSERT INTO {}.consumed_nonces (nonce, retain_until_ms) VALUES ('d:old', %s)").format(ident),
             (NOW + 60_000,),
@@ -224,20 +213,8 @@ def test_postgres_version_6_moves_its_verdicts_to_the_log_that_stores_each_path_
 ) -> None:
     schema = pg_schemas.new()
     ident = sql.Identifier(schema)
+    create_as_released(pg_schemas.base_url, schema, 6)
     with psycopg.connect(pg_schemas.base_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.countersign_schema_version ("
-                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            ).format(ident)
-        )
-        for step in range(1, 7):
-            for statement in pg_store._MIGRATIONS[step]:
-                conn.execute(sql.SQL(statement).format(schema=ident))
-            conn.execute(
-                sql.SQL("INSERT INTO {}.countersign_schema_version (version) VALUES (%s)").format(ident), (step,)
-            )
         for entry in LEGACY:
             verdict, signatures = legacy_rows(entry)
             conn.execute(
@@ -251,6 +228,15 @@ def test_postgres_version_6_moves_its_verdicts_to_the_log_that_stores_each_path_
     try:
         assert state.schema_version() == 7
         assert_moved_over(state)
+        with psycopg.connect(pg_schemas.base_url) as conn:
+            left = conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+                " AND table_name IN ('verdicts', 'verdict_signatures')",
+                (schema,),
+            ).fetchall()
+        assert left == []  # moved, then the old tables went
+        assert state.migrate() == 7  # opened again: nothing to move
+        assert state.verdict_count() == 3
     finally:
         state.close()
 

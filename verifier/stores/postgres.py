@@ -1,17 +1,15 @@
 """PostgreSQL verifier state: one database shared by any number of verifier replicas.
 
-URL: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?PARAMS]``. Every libpq parameter passes
-through (``sslmode``, ``options``, ...); the store reads its own parameters and strips them:
+URL: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?PARAMS]``, read by the one parser every daemon's
+PostgreSQL store uses (:func:`countersign._daemon.postgres.parse_postgres_url`: ``schema``,
+``connect_timeout``, ``statement_timeout_ms``, ``pool_min_size`` / ``pool_max_size``, every libpq
+parameter passed through). Here the schema defaults to ``countersign`` and the password, when the URL
+has none, comes from ``COUNTERSIGN_STORE_PASSWORD`` (then libpq's own ``PGPASSWORD`` / ``.pgpass``).
 
-* ``schema``: the schema holding the tables (default ``countersign``; also taken from
-  ``options=-csearch_path=NAME`` when ``schema`` is absent). Created if missing.
-* ``connect_timeout``: seconds to wait for a connection, also the longest an admit waits for a free
-  pooled connection while the server is down (default 3).
-* ``statement_timeout_ms``: server-side bound on one statement, lock waits included (default 10000).
-* ``pool_min_size`` / ``pool_max_size``: connection pool bounds (default 1 / 8).
-
-The password, when the URL has none, comes from ``COUNTERSIGN_STORE_PASSWORD`` (then libpq's own
-``PGPASSWORD`` / ``.pgpass``).
+Migrations are the plain ``.sql`` files of ``verifier/stores/migrations/postgres`` (``V<n>__<name>.sql``),
+applied in order by :meth:`countersign._daemon.postgres.PostgresDatabase.migrate` under an advisory
+lock, the version kept in ``countersign_schema_version`` as every earlier release kept it: a schema at
+version N, whichever release made it, is migrated on from N.
 
 Atomicity: the whole of :meth:`PostgresState.admit` is ONE statement, ``SELECT countersign_admit(...)``,
 run in autocommit, so one round trip and one transaction. The function, installed by the migrations,
@@ -28,20 +26,20 @@ verdict is recorded by one statement (a data-modifying CTE), so all of it or not
 
 from __future__ import annotations
 
-import os
-import re
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import ConnectionPool, PoolTimeout
 
-from countersign.errors import StateUnavailable
+from countersign._daemon.postgres import (
+    RETRYABLE_SQLSTATES,
+    PostgresDatabase,
+    PostgresSettings,
+    load_migrations,
+    parse_postgres_url,
+)
+from countersign.errors import ConfigError, StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
@@ -58,6 +56,7 @@ from countersign.state import (
     records_from_json,
     trim_by_share,
 )
+from verifier.stores import StoreConfigError
 from verifier.stores.verdict_rows import (
     LEGACY_SIGNATURE_COLUMNS,
     LEGACY_VERDICT_COLUMNS,
@@ -74,15 +73,14 @@ from verifier.stores.verdict_rows import (
     verdict_row,
 )
 
-SCHEMA_VERSION = 7
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
-_OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
-_SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*([^\s,]+)")
-# Deadlocks cannot arise between admits (parents are locked in one order), but a retry on these
-# codes costs nothing: the transaction was rolled back as a whole, so nothing was recorded.
-_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+VERSION_TABLE = "countersign_schema_version"
+MIGRATIONS = "verifier.stores.migrations.postgres"
+SCHEMA_VERSION = 7  # the last file of MIGRATIONS (a test holds the two together)
+
+# Deadlocks cannot arise between admits (parents are locked in one order), but a retry on these codes
+# costs nothing: the statement's transaction was rolled back as a whole, so nothing was recorded.
 _ADMIT_ATTEMPTS = 3
 
 # Result codes of countersign_admit: >= 0 is the position (in the edge list) of a fan-out rejection.
@@ -90,533 +88,48 @@ _ACCEPTED = -1
 _REPLAYED = -2
 _RETRY = -3  # consumed before under the same request id: the second column is when
 
-_MOVE_LEGACY = "MOVE LEGACY VERDICTS"  # a migration step run in Python, not a statement
 
-# Each entry is one migration: its statements run in one transaction under the migration lock.
-# ``{schema}`` is replaced by the quoted schema name; nothing else in these texts uses braces.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        "CREATE TABLE {schema}.consumed_nonces ( nonce text PRIMARY KEY, retain_until_ms bigint NOT NULL)",
-        "CREATE INDEX consumed_nonces_retention ON {schema}.consumed_nonces (retain_until_ms)",
-        # One row per parent that has (or had) children: the row every admit locks, and the count.
-        "CREATE TABLE {schema}.child_sets ("
-        " parent text PRIMARY KEY, child_count integer NOT NULL CHECK (child_count >= 0),"
-        " retain_until_ms bigint NOT NULL)",
-        "CREATE INDEX child_sets_retention ON {schema}.child_sets (retain_until_ms)",
-        "CREATE TABLE {schema}.children ("
-        " parent text NOT NULL, child text NOT NULL, retain_until_ms bigint NOT NULL,"
-        " PRIMARY KEY (parent, child))",
-        "CREATE INDEX children_retention ON {schema}.children (retain_until_ms)",
-        """
-CREATE FUNCTION {schema}.countersign_admit(
-    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
-    p_nonce text, p_nonce_retain bigint, p_consume boolean) RETURNS integer
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    n integer := coalesce(array_length(p_parents, 1), 0);
-    held integer;
-BEGIN
-    IF p_consume AND n > 0 THEN
-        -- Lock every parent's counter row, creating missing ones, in one global order: concurrent
-        -- admits that share parents queue on the rows instead of deadlocking.
-        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
-            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
-            GROUP BY e.parent ORDER BY e.parent
-        ON CONFLICT (parent) DO UPDATE
-            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
-    END IF;
-    -- Check every edge against the state before this path (as the reference implementation does).
-    FOR i IN 1 .. n LOOP
-        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
-        IF NOT FOUND THEN
-            held := NULL;
-            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
-            IF coalesce(held, 0) >= p_max[i] THEN
-                RETURN i - 1;
-            END IF;
-        END IF;
-    END LOOP;
-    IF NOT p_consume THEN
-        RETURN -1;
-    END IF;
-    FOR i IN 1 .. n LOOP
-        INSERT INTO {schema}.children (parent, child, retain_until_ms)
-            VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
-        END IF;
-    END LOOP;
-    INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms) VALUES (p_nonce, p_nonce_retain)
-        ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN -2;
-    END IF;
-    RETURN -1;
-END
-$fn$
-""",
-        """
-CREATE FUNCTION {schema}.countersign_collect(p_now bigint, p_limit integer) RETURNS integer
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    removed integer;
-    gone integer;
-    v_parents text[];
-    v_children text[];
-    v_gone text[];
-BEGIN
-    DELETE FROM {schema}.consumed_nonces WHERE nonce IN (
-        SELECT nonce FROM {schema}.consumed_nonces WHERE retain_until_ms < p_now
-        ORDER BY retain_until_ms LIMIT p_limit FOR UPDATE SKIP LOCKED);
-    GET DIAGNOSTICS removed = ROW_COUNT;
-    IF removed >= p_limit THEN
-        RETURN removed;
-    END IF;
-    SELECT array_agg(v.parent), array_agg(v.child) INTO v_parents, v_children FROM (
-        SELECT parent, child FROM {schema}.children WHERE retain_until_ms < p_now
-        ORDER BY retain_until_ms LIMIT p_limit - removed) AS v;
-    IF v_parents IS NOT NULL THEN
-        -- Same lock order as countersign_admit (parents sorted, before any child row), so the
-        -- collector never deadlocks with an admit.
-        PERFORM 1 FROM {schema}.child_sets WHERE parent = ANY (v_parents) ORDER BY parent FOR UPDATE;
-        WITH d AS (
-            DELETE FROM {schema}.children AS c USING unnest(v_parents, v_children) AS v(parent, child)
-            WHERE c.parent = v.parent AND c.child = v.child AND c.retain_until_ms < p_now
-            RETURNING c.parent)
-        SELECT array_agg(d.parent) INTO v_gone FROM d;
-        gone := coalesce(cardinality(v_gone), 0);
-        IF gone > 0 THEN
-            UPDATE {schema}.child_sets AS s SET child_count = s.child_count - g.k
-            FROM (SELECT parent, count(*)::integer AS k FROM unnest(v_gone) AS parent GROUP BY parent) AS g
-            WHERE s.parent = g.parent;
-        END IF;
-        removed := removed + gone;
-    END IF;
-    -- Counter rows of parents with no child left and past retention: not entries, just tidying.
-    DELETE FROM {schema}.child_sets WHERE parent IN (
-        SELECT parent FROM {schema}.child_sets WHERE child_count = 0 AND retain_until_ms < p_now
-        LIMIT p_limit FOR UPDATE SKIP LOCKED);
-    RETURN removed;
-END
-$fn$
-""",
-    ),
-    # An idempotency key with each consumed nonce: the same request retried gets its ACCEPT again.
-    2: (
-        "ALTER TABLE {schema}.consumed_nonces ADD COLUMN request_id text NOT NULL DEFAULT ''",
-        "DROP FUNCTION {schema}.countersign_admit(text[], text[], integer[], bigint[], text, bigint, boolean)",
-        """
-CREATE FUNCTION {schema}.countersign_admit(
-    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
-    p_nonce text, p_nonce_retain bigint, p_consume boolean, p_request_id text) RETURNS integer
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    n integer := coalesce(array_length(p_parents, 1), 0);
-    held integer;
-BEGIN
-    IF p_consume AND n > 0 THEN
-        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
-            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
-            GROUP BY e.parent ORDER BY e.parent
-        ON CONFLICT (parent) DO UPDATE
-            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
-    END IF;
-    FOR i IN 1 .. n LOOP
-        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
-        IF NOT FOUND THEN
-            held := NULL;
-            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
-            IF coalesce(held, 0) >= p_max[i] THEN
-                RETURN i - 1;
-            END IF;
-        END IF;
-    END LOOP;
-    IF NOT p_consume THEN
-        RETURN -1;
-    END IF;
-    FOR i IN 1 .. n LOOP
-        INSERT INTO {schema}.children (parent, child, retain_until_ms)
-            VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
-        END IF;
-    END LOOP;
-    INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id)
-        VALUES (p_nonce, p_nonce_retain, p_request_id) ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        IF p_request_id <> '' THEN
-            PERFORM 1 FROM {schema}.consumed_nonces WHERE nonce = p_nonce AND request_id = p_request_id;
-            IF FOUND THEN
-                RETURN -1;
-            END IF;
-        END IF;
-        RETURN -2;
-    END IF;
-    RETURN -1;
-END
-$fn$
-""",
-    ),
-    # The verdict log: one row per verdict, one per signature its records carry, each signature row
-    # with the verdict's time so "relied on K since T" is one range of one index.
-    3: (
-        "CREATE TABLE {schema}.verdicts ("
-        " verdict_id text PRIMARY KEY, time_ms bigint NOT NULL, mode text NOT NULL, client text NOT NULL,"
-        " request_id text NOT NULL, registry_sequence bigint NOT NULL, verdict text NOT NULL,"
-        " reason text NOT NULL, construction text NOT NULL, retain_until_ms bigint NOT NULL,"
-        " needs_revalidation boolean NOT NULL DEFAULT false, revalidation_cause text NOT NULL DEFAULT '',"
-        " marked_ms bigint)",
-        "CREATE INDEX verdicts_by_time ON {schema}.verdicts (time_ms, verdict_id)",
-        "CREATE INDEX verdicts_retention ON {schema}.verdicts (retain_until_ms)",
-        "CREATE TABLE {schema}.verdict_signatures ("
-        " verdict_id text NOT NULL REFERENCES {schema}.verdicts (verdict_id) ON DELETE CASCADE,"
-        " position integer NOT NULL, role text NOT NULL, record_digest text NOT NULL, deployer text NOT NULL,"
-        " key_id text NOT NULL, created_ms bigint NOT NULL, time_ms bigint NOT NULL,"
-        " PRIMARY KEY (verdict_id, position, role))",
-        "CREATE INDEX verdict_signatures_by_key ON {schema}.verdict_signatures (key_id, time_ms)",
-        "CREATE INDEX verdict_signatures_by_record ON {schema}.verdict_signatures (record_digest, time_ms)",
-        "CREATE INDEX verdict_signatures_by_deployer ON {schema}.verdict_signatures (deployer, time_ms)",
-    ),
-    # When each nonce was consumed, so that a retry's answer names the acceptance it repeats (0 for
-    # nonces consumed before); countersign_admit takes the time and answers it with code -3.
-    4: (
-        "ALTER TABLE {schema}.consumed_nonces ADD COLUMN accepted_ms bigint NOT NULL DEFAULT 0",
-        "DROP FUNCTION {schema}.countersign_admit(text[], text[], integer[], bigint[], text, bigint, boolean, text)",
-        """
-CREATE FUNCTION {schema}.countersign_admit(
-    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
-    p_nonce text, p_nonce_retain bigint, p_consume boolean, p_request_id text, p_now bigint,
-    OUT code integer, OUT accepted bigint)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    n integer := coalesce(array_length(p_parents, 1), 0);
-    held integer;
-BEGIN
-    IF p_consume AND n > 0 THEN
-        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
-            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
-            GROUP BY e.parent ORDER BY e.parent
-        ON CONFLICT (parent) DO UPDATE
-            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
-    END IF;
-    FOR i IN 1 .. n LOOP
-        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
-        IF NOT FOUND THEN
-            held := NULL;
-            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
-            IF coalesce(held, 0) >= p_max[i] THEN
-                code := i - 1;
-                RETURN;
-            END IF;
-        END IF;
-    END LOOP;
-    IF NOT p_consume THEN
-        code := -1;
-        RETURN;
-    END IF;
-    FOR i IN 1 .. n LOOP
-        INSERT INTO {schema}.children (parent, child, retain_until_ms)
-            VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
-        END IF;
-    END LOOP;
-    INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms)
-        VALUES (p_nonce, p_nonce_retain, p_request_id, p_now) ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        IF p_request_id <> '' THEN
-            SELECT c.accepted_ms INTO accepted FROM {schema}.consumed_nonces AS c
-                WHERE c.nonce = p_nonce AND c.request_id = p_request_id;
-            IF FOUND THEN
-                code := -3;
-                RETURN;
-            END IF;
-        END IF;
-        code := -2;
-        RETURN;
-    END IF;
-    code := -1;
-END
-$fn$
-""",
-    ),
-    # Sessions (docs/spec.md 17.5): the agent path's edges and every receipt's nonce in one statement,
-    # all or nothing. The writes run in a block whose exception handler undoes them (a subtransaction),
-    # so a nonce found consumed leaves nothing behind. Nonces are inserted in sorted order, so two
-    # admissions sharing nonces queue on the rows instead of deadlocking.
-    5: (
-        """
-CREATE FUNCTION {schema}.countersign_admit_session(
-    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
-    p_nonces text[], p_nonce_retain bigint[], p_consume boolean, p_request_id text, p_now bigint)
-    RETURNS integer
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    n integer := coalesce(array_length(p_parents, 1), 0);
-    held integer;
-    k integer;
-    previous text := NULL;
-    replayed integer := NULL;
-BEGIN
-    IF p_consume AND n > 0 THEN
-        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
-            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
-            GROUP BY e.parent ORDER BY e.parent
-        ON CONFLICT (parent) DO UPDATE
-            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
-    END IF;
-    FOR i IN 1 .. n LOOP
-        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
-        IF NOT FOUND THEN
-            held := NULL;
-            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
-            IF coalesce(held, 0) >= p_max[i] THEN
-                RETURN i - 1;
-            END IF;
-        END IF;
-    END LOOP;
-    IF NOT p_consume THEN
-        RETURN -1;
-    END IF;
-    BEGIN
-        FOR i IN 1 .. n LOOP
-            INSERT INTO {schema}.children (parent, child, retain_until_ms)
-                VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
-            IF FOUND THEN
-                UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
-            END IF;
-        END LOOP;
-        FOR k IN SELECT u.i::integer FROM unnest(p_nonces) WITH ORDINALITY AS u(nonce, i) ORDER BY u.nonce, u.i
-        LOOP
-            IF p_nonces[k] = previous THEN
-                -- the session repeats a nonce: it cannot consume it twice
-                replayed := least(coalesce(replayed, k), k);
-                CONTINUE;
-            END IF;
-            previous := p_nonces[k];
-            INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms)
-                VALUES (p_nonces[k], p_nonce_retain[k], p_request_id, p_now) ON CONFLICT DO NOTHING;
-            IF NOT FOUND THEN
-                PERFORM 1 FROM {schema}.consumed_nonces
-                    WHERE nonce = p_nonces[k] AND p_request_id <> '' AND request_id = p_request_id;
-                IF NOT FOUND THEN
-                    replayed := least(coalesce(replayed, k), k);
-                END IF;
-            END IF;
-        END LOOP;
-        IF replayed IS NOT NULL THEN
-            RAISE EXCEPTION 'session nonce replayed' USING ERRCODE = 'CS001';
-        END IF;
-    EXCEPTION WHEN SQLSTATE 'CS001' THEN
-        RETURN -1 - replayed;
-    END;
-    RETURN -1;
-END
-$fn$
-""",
-    ),
-    # A retried session says so (docs/spec.md 17.5): when every receipt's nonce was consumed before
-    # under the request id, ``accepted`` is the latest of their acceptance times (else NULL).
-    6: (
-        "DROP FUNCTION {schema}.countersign_admit_session("
-        "text[], text[], integer[], bigint[], text[], bigint[], boolean, text, bigint)",
-        """
-CREATE FUNCTION {schema}.countersign_admit_session(
-    p_parents text[], p_children text[], p_max integer[], p_retain bigint[],
-    p_nonces text[], p_nonce_retain bigint[], p_consume boolean, p_request_id text, p_now bigint,
-    OUT code integer, OUT accepted bigint)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    n integer := coalesce(array_length(p_parents, 1), 0);
-    held integer;
-    k integer;
-    previous text := NULL;
-    replayed integer := NULL;
-    retried integer := 0;
-    earlier bigint;
-BEGIN
-    IF p_consume AND n > 0 THEN
-        INSERT INTO {schema}.child_sets AS s (parent, child_count, retain_until_ms)
-            SELECT e.parent, 0, max(e.retain) FROM unnest(p_parents, p_retain) AS e(parent, retain)
-            GROUP BY e.parent ORDER BY e.parent
-        ON CONFLICT (parent) DO UPDATE
-            SET retain_until_ms = greatest(s.retain_until_ms, EXCLUDED.retain_until_ms);
-    END IF;
-    FOR i IN 1 .. n LOOP
-        PERFORM 1 FROM {schema}.children WHERE parent = p_parents[i] AND child = p_children[i];
-        IF NOT FOUND THEN
-            held := NULL;
-            SELECT child_count INTO held FROM {schema}.child_sets WHERE parent = p_parents[i];
-            IF coalesce(held, 0) >= p_max[i] THEN
-                code := i - 1;
-                RETURN;
-            END IF;
-        END IF;
-    END LOOP;
-    IF NOT p_consume THEN
-        code := -1;
-        RETURN;
-    END IF;
-    BEGIN
-        FOR i IN 1 .. n LOOP
-            INSERT INTO {schema}.children (parent, child, retain_until_ms)
-                VALUES (p_parents[i], p_children[i], p_retain[i]) ON CONFLICT DO NOTHING;
-            IF FOUND THEN
-                UPDATE {schema}.child_sets SET child_count = child_count + 1 WHERE parent = p_parents[i];
-            END IF;
-        END LOOP;
-        FOR k IN SELECT u.i::integer FROM unnest(p_nonces) WITH ORDINALITY AS u(nonce, i) ORDER BY u.nonce, u.i
-        LOOP
-            IF p_nonces[k] = previous THEN
-                -- the session repeats a nonce: it cannot consume it twice
-                replayed := least(coalesce(replayed, k), k);
-                CONTINUE;
-            END IF;
-            previous := p_nonces[k];
-            INSERT INTO {schema}.consumed_nonces (nonce, retain_until_ms, request_id, accepted_ms)
-                VALUES (p_nonces[k], p_nonce_retain[k], p_request_id, p_now) ON CONFLICT DO NOTHING;
-            IF NOT FOUND THEN
-                SELECT c.accepted_ms INTO earlier FROM {schema}.consumed_nonces AS c
-                    WHERE c.nonce = p_nonces[k] AND p_request_id <> '' AND c.request_id = p_request_id;
-                IF NOT FOUND THEN
-                    replayed := least(coalesce(replayed, k), k);
-                ELSE
-                    retried := retried + 1;
-                    accepted := greatest(accepted, earlier);
-                END IF;
-            END IF;
-        END LOOP;
-        IF replayed IS NOT NULL THEN
-            RAISE EXCEPTION 'session nonce replayed' USING ERRCODE = 'CS001';
-        END IF;
-    EXCEPTION WHEN SQLSTATE 'CS001' THEN
-        code := -1 - replayed;
-        accepted := NULL;
-        RETURN;
-    END;
-    code := -1;
-    IF retried < array_length(p_nonces, 1) THEN
-        accepted := NULL;  -- this call consumed something: not a retry
-    END IF;
-END
-$fn$
-""",
-    ),
-    # Issue 29: what repeats stored once per client (verifier/stores/verdict_rows.py). The verdicts of
-    # versions 3-6 move over (PostgresState._move_legacy_verdicts), then their tables go.
-    7: (
-        "CREATE TABLE {schema}.verdict_log ("
-        " verdict_id text NOT NULL UNIQUE, time_ms bigint NOT NULL, mode text NOT NULL, client text NOT NULL,"
-        " request_id text NOT NULL, registry_sequence bigint NOT NULL, verdict text NOT NULL, reason text NOT NULL,"
-        " path_digest bytea, retain_until_ms bigint NOT NULL, needs_revalidation boolean NOT NULL DEFAULT false,"
-        " revalidation_cause text NOT NULL DEFAULT '', bytes integer NOT NULL, marked_ms bigint)",
-        "CREATE INDEX verdict_log_by_path ON {schema}.verdict_log (client, path_digest, time_ms)",
-        "CREATE INDEX verdict_log_by_client ON {schema}.verdict_log (client, time_ms, verdict_id)",
-        "CREATE INDEX verdict_log_retention ON {schema}.verdict_log (retain_until_ms)",
-        "CREATE TABLE {schema}.verdict_paths ("
-        " client text NOT NULL, path_digest bytea NOT NULL, construction text NOT NULL, records text NOT NULL,"
-        " bytes integer NOT NULL, PRIMARY KEY (client, path_digest))",
-        "CREATE TABLE {schema}.verdict_path_uses ("
-        " kind text NOT NULL, value text NOT NULL, client text NOT NULL, path_digest bytea NOT NULL,"
-        " PRIMARY KEY (kind, value, client, path_digest))",
-        _MOVE_LEGACY,
-        "DROP TABLE {schema}.verdict_signatures",
-        "DROP TABLE {schema}.verdicts",
-    ),
-}
-
-
-def _schema_from_options(options: str | None) -> str | None:
-    if not options:
-        return None
-    found = _SEARCH_PATH.search(options)
-    if found is None:
-        return None
-    return found.group(1).strip("\"'")
-
-
-def _positive_int(params: dict[str, str], name: str, default: int) -> int:
-    raw = params.get(name)
-    if raw is None:
-        return default
+def store_settings(url: str) -> PostgresSettings:
+    """The verifier store's reading of ``url`` (its schema and password defaults). Raises StoreConfigError."""
     try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        from verifier.stores import StoreConfigError
-
-        raise StoreConfigError(f"PostgreSQL URL parameter {name} must be a positive integer, got {raw!r}")
-    return value
+        return parse_postgres_url(
+            url, default_schema=DEFAULT_SCHEMA, password_env=PASSWORD_ENV, application="countersign-verifier"
+        )
+    except ConfigError as exc:
+        raise StoreConfigError(str(exc)) from None
 
 
 def parse_url(url: str) -> tuple[str, str, dict[str, int]]:
-    """Split a store URL into (libpq conninfo, schema, store settings). Raises StoreConfigError."""
-    from verifier.stores import StoreConfigError
+    """:func:`store_settings` as (libpq conninfo, schema, store settings), for the callers that open
+    their own connection to the verifier's store (``countersign impact``, the zones harness)."""
+    found = store_settings(url)
+    return (
+        found.conninfo,
+        found.schema,
+        {
+            "connect_timeout": found.connect_timeout,
+            "statement_timeout_ms": found.statement_timeout_ms,
+            "pool_min_size": found.pool_min_size,
+            "pool_max_size": found.pool_max_size,
+        },
+    )
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise StoreConfigError(f"not a PostgreSQL URL: {url!r}")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in _OWN_PARAMS}
-    passed = [(k, v) for k, v in query if k not in _OWN_PARAMS]
-    # libpq decodes %XX only: a space must go back as %20, not as urlencode's default "+".
-    libpq_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed, quote_via=quote), ""))
-    try:
-        params: dict[str, Any] = conninfo_to_dict(libpq_url)
-    except psycopg.ProgrammingError as exc:
-        raise StoreConfigError(f"invalid PostgreSQL URL: {exc}") from exc
-    schema = own.get("schema") or _schema_from_options(params.get("options")) or DEFAULT_SCHEMA
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise StoreConfigError(f"schema must be a plain identifier, got {schema!r}")
-    connect_timeout = _positive_int({k: str(v) for k, v in params.items()}, "connect_timeout", 3)
-    settings = {
-        "connect_timeout": connect_timeout,
-        "statement_timeout_ms": _positive_int(own, "statement_timeout_ms", 10_000),
-        "pool_min_size": _positive_int(own, "pool_min_size", 1),
-        "pool_max_size": _positive_int(own, "pool_max_size", 8),
-    }
-    if settings["pool_min_size"] > settings["pool_max_size"]:
-        raise StoreConfigError("pool_min_size must not exceed pool_max_size")
-    extra: dict[str, Any] = {"connect_timeout": max(connect_timeout, 2)}
-    # Dead peers are noticed within seconds, not after the kernel's default of many minutes.
-    for key, value in (
-        ("keepalives", 1),
-        ("keepalives_idle", 5),
-        ("keepalives_interval", 2),
-        ("keepalives_count", 3),
-        ("tcp_user_timeout", 10_000),
-    ):
-        params.setdefault(key, value)
-    if "password" not in params and os.environ.get(PASSWORD_ENV):
-        extra["password"] = os.environ[PASSWORD_ENV]
-    params.setdefault("application_name", "countersign-verifier")
-    return make_conninfo("", **{**params, **extra}), schema, settings
+
+def migration_lock(schema: str) -> str:
+    """The advisory lock migrations of ``schema`` are applied under: the name every release used, so
+    replicas of an earlier release starting beside this one queue on the same lock."""
+    return f"countersign-schema:{schema}"
 
 
 class PostgresState:
-    """:class:`countersign.state.VerifierState` in a PostgreSQL schema shared by verifier replicas."""
+    """:class:`countersign.state.VerifierStore` (replay state and verdict log) in a PostgreSQL schema
+    shared by verifier replicas."""
 
     def __init__(self, url: str) -> None:
-        conninfo, self.schema, settings = parse_url(url)
-        self._timeout = float(settings["connect_timeout"])
-        self._statement_timeout_ms = settings["statement_timeout_ms"]
-        self._checking = threading.Lock()
-        self._pool = ConnectionPool(
-            conninfo,
-            min_size=settings["pool_min_size"],
-            max_size=settings["pool_max_size"],
-            kwargs={"autocommit": True},
-            configure=self._configure,
-            timeout=self._timeout,
-            # Short on purpose: psycopg_pool doubles the delay between reconnection attempts without a
-            # cap until reconnect_timeout, so with a long one a verifier stayed unavailable after an
-            # outage for about as long again as the outage lasted. A chain that gives up frees its
-            # slot and the next request starts a fresh one, so reconnection follows within seconds.
-            reconnect_timeout=5.0,
-            name=f"countersign-{self.schema}",
-            open=False,
-        )
+        settings = store_settings(url)
+        self.schema = settings.schema
+        self._db = PostgresDatabase(settings, name="verifier")
+        self._connection = self._db.connection
         ident = sql.Identifier(self.schema)
         self._admit_sql = sql.SQL(
             "SELECT code, accepted FROM {}.countersign_admit("
@@ -692,97 +205,22 @@ class PostgresState:
         ).format(s=ident)
         self._verdict_count_sql = sql.SQL("SELECT count(*) FROM {s}.verdict_log").format(s=ident)
         try:
-            self._pool.open(wait=True, timeout=self._timeout)
-        except PoolTimeout as exc:
-            self._pool.close(timeout=0)
-            raise StateUnavailable(f"PostgreSQL state: no connection within {self._timeout:g} s: {exc}") from exc
-        try:
             self.migrate()
         except BaseException:
-            self._pool.close(timeout=0)
+            self._db.close()
             raise
 
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self._statement_timeout_ms)))
-
-    @contextmanager
-    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; every driver or pool failure becomes StateUnavailable."""
-        try:
-            with self._pool.connection(timeout=self._timeout) as conn:
-                yield conn
-        except PoolTimeout as exc:
-            raise StateUnavailable(
-                f"PostgreSQL state ({what}): no connection within {self._timeout:g} s; server down or pool exhausted"
-            ) from exc
-        except psycopg.OperationalError as exc:
-            self._recheck_pool()
-            raise StateUnavailable(f"PostgreSQL state ({what}): {exc}".rstrip()) from exc
-        except psycopg.Error as exc:
-            raise StateUnavailable(f"PostgreSQL state ({what}): {type(exc).__name__}: {exc}".rstrip()) from exc
-
-    def _recheck_pool(self) -> None:
-        """After a connection failure (say, a server restart), drop the other dead idle connections in
-        the background so the next admits get fresh ones instead of failing one by one."""
-        if not self._checking.acquire(blocking=False):
-            return
-
-        def run() -> None:
-            try:
-                self._pool.check()
-            except Exception:  # noqa: S110 - best effort; the pool reconnects on demand anyway
-                pass
-            finally:
-                self._checking.release()
-
-        threading.Thread(target=run, name="countersign-pg-check", daemon=True).start()
-
     def migrate(self) -> int:
-        """Bring the schema to :data:`SCHEMA_VERSION`; idempotent and safe to run concurrently.
-
-        Each migration runs in its own transaction holding a transaction-scoped advisory lock keyed
-        by the schema name, and re-reads the version under that lock, so concurrent starters apply
-        every migration exactly once. Returns the version found before migrating.
-        """
-        ident = sql.Identifier(self.schema)
-        lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(
-            sql.Literal(f"countersign-schema:{self.schema}")
-        )
-        found: int | None = None
-        with self._connection("migrate") as conn:
-            for step in range(1, SCHEMA_VERSION + 1):
-                with conn.transaction():
-                    conn.execute(lock)
-                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                    conn.execute(
-                        sql.SQL(
-                            "CREATE TABLE IF NOT EXISTS {}.countersign_schema_version ("
-                            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-                        ).format(ident)
-                    )
-                    row = conn.execute(
-                        sql.SQL("SELECT coalesce(max(version), 0) FROM {}.countersign_schema_version").format(ident)
-                    ).fetchone()
-                    version = int(row[0]) if row else 0
-                    if found is None:
-                        found = version
-                    if version > SCHEMA_VERSION:
-                        raise StateUnavailable(
-                            f"PostgreSQL schema {self.schema} has version {version}, newer than this software"
-                            f" ({SCHEMA_VERSION})"
-                        )
-                    if version >= step:
-                        continue
-                    for statement in _MIGRATIONS[step]:
-                        if statement == _MOVE_LEGACY:
-                            self._move_legacy_verdicts(conn)
-                        else:
-                            conn.execute(sql.SQL(statement).format(schema=ident))
-                    conn.execute(
-                        sql.SQL("INSERT INTO {}.countersign_schema_version (version) VALUES (%s)").format(ident),
-                        (step,),
-                    )
-        return found or 0
+        """Bring the schema to :data:`SCHEMA_VERSION`; idempotent and safe to run concurrently (every
+        file in its own transaction under the migration lock). Then, if the schema still holds the
+        verdicts of versions 3-6, move them over (:meth:`_move_legacy_verdicts`). Returns the version
+        found before. Raises StateUnavailable for a schema newer than this software."""
+        try:
+            found = self._db.migrate(load_migrations(MIGRATIONS), table=VERSION_TABLE, lock=migration_lock(self.schema))
+        except ConfigError as exc:  # a schema newer than this software: roll verifiers forward, not back
+            raise StateUnavailable(str(exc)) from None
+        self._db.run("move legacy verdicts", self._move_legacy_verdicts)
+        return found
 
     def schema_version(self) -> int:
         with self._connection("schema version") as conn:
@@ -794,15 +232,15 @@ class PostgresState:
         return int(row[0]) if row else 0
 
     def _call(self, what: str, query: sql.Composed, params: Sequence[Any]) -> tuple[Any, ...] | None:
-        """Run one statement (one transaction, autocommit) and return its row. A deadlock or
-        serialisation failure rolled the transaction back whole, so it is retried; nothing else is."""
+        """Run one statement (one transaction, autocommit: no BEGIN and COMMIT round trips) and return
+        its row. A deadlock or serialisation failure rolled it back whole, so it is retried; nothing else is."""
         for attempt in range(_ADMIT_ATTEMPTS):
             try:
                 with self._connection(what) as conn:
                     return conn.execute(query, params).fetchone()
             except StateUnavailable as exc:
                 cause = exc.__cause__
-                retry = isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRYABLE_SQLSTATES
+                retry = isinstance(cause, psycopg.Error) and cause.sqlstate in RETRYABLE_SQLSTATES
                 if not retry or attempt + 1 == _ADMIT_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
@@ -911,8 +349,21 @@ class PostgresState:
             cursor.executemany(self._record_sql, [self._record_params(entry) for entry in entries])
 
     def _move_legacy_verdicts(self, conn: psycopg.Connection[Any]) -> None:
-        """Migration 7: the verdicts of schema 3-6 into the new tables, marks kept, in batches."""
+        """The last step of migration 7: the verdicts of schema 3-6 (tables ``verdicts`` and
+        ``verdict_signatures``) into the new tables, marks kept, in batches; then the old tables go.
+        One transaction under the migration lock; it finds nothing to do once they are gone (a
+        release before issue 31 moved them inside migration 7 itself)."""
         ident = sql.Identifier(self.schema)
+        conn.execute(
+            sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(
+                sql.Literal(migration_lock(self.schema))
+            )
+        )
+        legacy = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(self.schema, "verdicts").as_string(conn),)
+        ).fetchone()
+        if not legacy or not legacy[0]:
+            return
         last = ""
         while True:
             batch = conn.execute(
@@ -922,7 +373,7 @@ class PostgresState:
                 (last,),
             ).fetchall()
             if not batch:
-                return
+                break
             ids = [row[0] for row in batch]
             signatures = conn.execute(
                 sql.SQL("SELECT {c} FROM {s}.verdict_signatures WHERE verdict_id = ANY(%s::text[])").format(
@@ -934,6 +385,7 @@ class PostgresState:
                 moved = [self._record_params(e, marked_row(e)) for e in legacy_entries(batch, signatures)]
                 cursor.executemany(self._record_sql, moved)
             last = max(ids)
+        conn.execute(sql.SQL("DROP TABLE {s}.verdict_signatures, {s}.verdicts").format(s=ident))
 
     def accepts_relying_on(
         self,
@@ -999,4 +451,4 @@ class PostgresState:
         return int(row[0]) if row else 0
 
     def close(self) -> None:
-        self._pool.close(timeout=self._timeout)
+        self._db.close()
