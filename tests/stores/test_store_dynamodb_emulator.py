@@ -90,7 +90,10 @@ def test_items_carry_ttl_in_epoch_seconds_dynamodb_emulator(emulated_table: str)
     client = make_client(parse_url(emulated_table))
     items = client.scan(TableName=store.table, ConsistentRead=True)["Items"]
     by_key = {(i["pk"]["S"], i["sk"]["S"]): i for i in items}
-    assert set(by_key) == {("nonce#n", "nonce"), ("parent#sha256:p", "count"), ("parent#sha256:p", "child#c")}
+    assert set(by_key) == {
+        ("nonce#n", "nonce"), ("parent#sha256:p", "count"), ("parent#sha256:p", "child#c"),
+        ("schema#verdict-log", "version"),  # the verdict log's layout, written when the store opened
+    }  # fmt: skip
     # Seconds, rounded UP: DynamoDB's TTL may delete an item only after its retention ended.
     assert by_key["nonce#n", "nonce"][TTL_ATTRIBUTE] == {"N": "1700000001"}
     assert by_key["parent#sha256:p", "child#c"][TTL_ATTRIBUTE] == {"N": "1700000006"}
@@ -149,7 +152,8 @@ def test_ttl_only_collection_mode_dynamodb_emulator(emulated_table: str) -> None
 
 
 class _Answer:
-    """What the fake endpoint answers to everything but DescribeTable."""
+    """What the fake endpoint answers to everything but opening a store (DescribeTable, and the
+    GetItem that finds the verdict log's layout current)."""
 
     status = 400
     error_type = "com.amazonaws.dynamodb.v20120810#ThrottlingException"
@@ -158,11 +162,14 @@ class _Answer:
 
 class _FakeDynamoDb(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         target = self.headers.get("X-Amz-Target", "").split(".")[-1]
         _Answer.calls[target] += 1
-        if target == "DescribeTable":
-            body: dict[str, Any] = {
+        if target == "GetItem" and request.get("Key", {}).get("pk") == {"S": "schema#verdict-log"}:
+            body: dict[str, Any] = {"Item": {**request["Key"], "v": {"N": "2"}}}
+            status = 200
+        elif target == "DescribeTable":
+            body = {
                 "Table": {
                     "TableName": "t",
                     "TableStatus": "ACTIVE",

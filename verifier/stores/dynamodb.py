@@ -1,47 +1,17 @@
 """DynamoDB verifier state: one table shared by verifier replicas in any availability zone.
 
-URL: ``dynamodb://TABLE?region=REGION[&endpoint_url=http://HOST:PORT][&PARAMS]``. Credentials come
-from boto3's default chain (task role, environment, profile). ``endpoint_url`` is the only thing that
-differs between AWS and an emulator; every request goes through the same code. Other parameters:
+URL: ``dynamodb://TABLE?region=REGION[&endpoint_url=http://HOST:PORT][&PARAMS]``, read as every daemon's
+DynamoDB store reads it (:mod:`countersign._daemon.dynamodb`: ``endpoint_url``, ``connect_timeout``,
+``read_timeout``, ``max_attempts``; credentials from boto3's default chain), and one parameter of the
+verifier's own:
 
-* ``connect_timeout`` / ``read_timeout``: seconds per HTTP attempt (default 2 / 5);
-* ``max_attempts``: botocore attempts per call, standard retry mode (default 3);
 * ``collect``: ``scan`` (default) makes :meth:`DynamoDbState.collect_expired` delete expired items
   found by a bounded, resumable consistent Scan (needs ``dynamodb:Scan``); ``ttl`` makes it a no-op
   that returns 0 and leaves expiry to DynamoDB's native TTL alone.
 
-Table (created by Terraform in production, by :func:`ensure_table` in tests): hash key ``pk`` (S),
-range key ``sk`` (S), TTL on ``expires_at`` (epoch seconds). Items:
-
-============================  ==========  =================================================
-pk                            sk          attributes
-============================  ==========  =================================================
-``nonce#<nonce>``             ``nonce``   ``retain_until_ms``, ``accepted_ms``, ``request_id``, ``expires_at``
-``parent#<parent digest>``    ``count``   ``n`` (children recorded), ``retain_until_ms``, ``expires_at``
-``parent#<parent digest>``    ``child#<child nonce>``  ``retain_until_ms``, ``expires_at``
-============================  ==========  =================================================
-
-The verdict log adds item kinds to the same table (no secondary index, so nothing for Terraform to
-change, and a previous release sharing the table ignores them). ``<s>`` is the verdict's shard,
-0 to ``VERDICT_SHARDS - 1`` from a hash of its id, so no single partition takes every verdict;
-``<t>`` its time in ms, 13 digits:
-
-================================  ======================  ===========================================
-pk                                sk                      attributes
-================================  ======================  ===========================================
-``verdict#<s>``                   ``<t>#<verdict id>``    the entry (``records`` as JSON),
-                                                          ``needs_revalidation``, retention, TTL
-``verdict#<s>``                   ``verdict-count``       ``n``: verdicts in the shard (row bound)
-``uses#key#<key id>#<s>``         ``<t>#<verdict id>``    ``retain_until_ms``, ``expires_at``
-``uses#record#<digest>#<s>``      ``<t>#<verdict id>``    (same)
-``uses#deployer#<deployer>#<s>``  ``<t>#<verdict id>``    (same)
-================================  ======================  ===========================================
-
-A ``uses#`` item is the index entry of an accepted verdict under one key, record or deployer: a
-Query on its partition with ``sk >= <since>`` lists the verdicts that relied on it since then, and
-the verdict's own key follows from the shard and the sort key. An accepted verdict's index entries
-are written first (BatchWriteItem) and the verdict item last (PutItem), so a verdict is never held
-without its index; a rejected one is a single PutItem with no index.
+The table (created by Terraform in production, by :func:`ensure_table` in tests) has the shape every
+daemon's table has (:func:`countersign._daemon.dynamodb.check_table`). Its items, to and from the domain
+objects, are :mod:`verifier.stores.dynamodb_items`; this module makes the requests.
 
 Atomicity: a consume is a PutItem conditioned on ``attribute_not_exists(pk)``, alone when the path
 has no edge, inside the same TransactWriteItems as the new children otherwise; DynamoDB applies a
@@ -49,24 +19,35 @@ conditional write to one item serially, so exactly one consumer succeeds. A new 
 item (``attribute_not_exists``) plus ``ADD n :k`` on the parent's counter item conditioned on
 ``n < :max`` in one transaction: the counter can never pass ``max_children``, and a child item
 already present is a known child (it passes without touching the counter).
+
+The verdict log: a verdict's ref in its path's partition first, then its path and the path's index
+entries if the client's store lacks them, the verdict item last, so a verdict is never held without
+its path and index. A lookup queries the index partitions of the value (one per shard), then the
+paths' refs from ``since`` on, then reads the verdicts and their paths.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from countersign.errors import StateUnavailable
+from countersign._daemon.dynamodb import (
+    TTL_ATTRIBUTE,
+    DynamoDbSettings,
+    calls,
+    check_table,
+    expires_at,
+    make_client,
+    parse_dynamodb_url,
+)
+from countersign._daemon.dynamodb import ensure_table as ensure_daemon_table
+from countersign.errors import ConfigError, StateUnavailable
 from countersign.reasons import Reason
 from countersign.state import (
     MAX_LOOKUP_VERDICTS,
@@ -76,27 +57,62 @@ from countersign.state import (
     DependencyKind,
     EarlierAcceptance,
     LeafNonce,
-    RecordUse,
     StateRejection,
     VerdictEntry,
     bounded_cause,
     check_session_leaves,
     first_repeated_leaf,
-    path_bytes,
     path_digest,
-    path_json,
-    path_uses,
     records_from_json,
     trim_by_share,
     verdict_bytes,
 )
+from verifier.stores import StoreConfigError
+from verifier.stores.dynamodb_items import (
+    CHILD_SK_PREFIX,
+    COUNT_SK,
+    LEGACY_COUNT_SK,
+    LEGACY_USES_PK_PREFIX,
+    LEGACY_VERDICT_PK_PREFIX,
+    NONCE_SK,
+    PATH_PK_PREFIX,
+    PATH_SK,
+    REF_SK_PREFIX,
+    SCHEMA_PK,
+    USAGE_PK_PREFIX,
+    USE_PK_PREFIX,
+    VERDICT_SHARDS,
+    VERDICTS_PK_PREFIX,
+    child_item,
+    child_key,
+    children_held,
+    client_key,
+    consumed_under,
+    count_key,
+    digest_of_path_pk,
+    earlier_acceptance,
+    entry_on_path,
+    legacy_entry,
+    legacy_use_keys,
+    nonce_item,
+    nonce_key,
+    path_item,
+    path_key,
+    path_shard,
+    ref_item,
+    ref_key_of,
+    usage_key,
+    use_items,
+    use_keys,
+    use_pk,
+    verdict_item,
+    verdict_key,
+    verdict_pk,
+    verdict_shard,
+)
 
-NONCE_SK = "nonce"
-COUNT_SK = "count"
-CHILD_SK_PREFIX = "child#"
-NONCE_PK_PREFIX = "nonce#"
-PARENT_PK_PREFIX = "parent#"
-TTL_ATTRIBUTE = "expires_at"
+__all__ = ["TTL_ATTRIBUTE", "DynamoDbState", "StoreSettings", "ensure_table", "make_client", "parse_url"]
+
 TRANSACT_LIMIT = 100  # items per TransactWriteItems (and TransactGetItems on AWS)
 # Keys per TransactGetItems read here: AWS takes 100, but the emulator (moto) still enforces the older
 # limit of 25, and the writes that follow a read are conditional, so reading in smaller snapshots
@@ -104,211 +120,50 @@ TRANSACT_LIMIT = 100  # items per TransactWriteItems (and TransactGetItems on AW
 TRANSACT_GET_CHUNK = 25
 BATCH_WRITE_LIMIT = 25  # requests per BatchWriteItem
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem
-VERDICT_SHARDS = 8
-VERDICTS_PK_PREFIX = "verdicts#"  # verdicts#<client key>#<shard>, sk <time>#<verdict id>: a verdict
-PATH_PK_PREFIX = "vpath#"  # vpath#<client key>#<path digest>: sk "path" the path, sk "v#<time>#<id>" a ref
-PATH_SK = "path"
-REF_SK_PREFIX = "v#"
-USE_PK_PREFIX = "vuse#"  # vuse#<kind>#<value>#<shard>, sk <client key>#<path digest>: an index entry
-USAGE_PK_PREFIX = "vusage#"  # vusage#<shard>, sk <client>: n verdicts and bytes of that client there
-SCHEMA_PK = "schema#verdict-log"  # sk "version": 2 once the layout before issue 29 is moved over
-# A path's items live as long as the latest verdict on it, and a day more (refreshed at most daily).
-PATH_RETAIN_SLACK_MS = 86_400_000
-# The layout before issue 29, moved over when a store opens (_move_legacy_verdicts).
-LEGACY_VERDICT_PK_PREFIX = "verdict#"
-LEGACY_USES_PK_PREFIX = "uses#"
 _ATTEMPTS = 8  # optimistic rounds of an admit under contention before giving up (StateUnavailable)
-_OWN_PARAMS = frozenset({"region", "endpoint_url", "connect_timeout", "read_timeout", "max_attempts", "collect"})
+COLLECT_MODES = ("scan", "ttl")
 
 
 @dataclass(frozen=True, slots=True)
-class DynamoDbSettings:
-    table: str
-    region: str
-    endpoint_url: str | None = None
-    connect_timeout: float = 2.0
-    read_timeout: float = 5.0
-    max_attempts: int = 3
+class StoreSettings(DynamoDbSettings):
+    """A table URL as every daemon reads it, and the verifier's ``collect`` mode."""
+
     collect: str = "scan"
 
 
-def parse_url(url: str) -> DynamoDbSettings:
-    from verifier.stores import StoreConfigError
-
+def _split_collect(url: str) -> tuple[str, str]:
+    """(the URL without ``collect``, the collect mode). Raises StoreConfigError for an unknown mode."""
     parts = urlsplit(url)
-    table = parts.netloc
-    if parts.scheme != "dynamodb" or not table or parts.path not in ("", "/"):
-        raise StoreConfigError(f"DynamoDB URL must look like dynamodb://TABLE?region=REGION, got {url!r}")
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    unknown = sorted(set(query) - _OWN_PARAMS)
-    if unknown:
-        raise StoreConfigError(f"unknown DynamoDB URL parameters {unknown} in {url!r}")
-    region = query.get("region")
-    if not region:
-        raise StoreConfigError(f"DynamoDB URL needs ?region=REGION: {url!r}")
-    collect = query.get("collect", "scan")
-    if collect not in ("scan", "ttl"):
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    modes = [v for k, v in query if k == "collect"]
+    collect = modes[-1] if modes else "scan"
+    if collect not in COLLECT_MODES:
         raise StoreConfigError(f"DynamoDB URL parameter collect must be 'scan' or 'ttl', got {collect!r}")
+    rest = urlencode([(k, v) for k, v in query if k != "collect"])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), collect
+
+
+def parse_url(url: str) -> StoreSettings:
+    """Read a verifier store URL (module docstring). Raises StoreConfigError naming what is wrong."""
+    table_url, collect = _split_collect(url)
     try:
-        settings = DynamoDbSettings(
-            table=table,
-            region=region,
-            endpoint_url=query.get("endpoint_url") or None,
-            connect_timeout=float(query.get("connect_timeout", "2")),
-            read_timeout=float(query.get("read_timeout", "5")),
-            max_attempts=int(query.get("max_attempts", "3")),
-            collect=collect,
-        )
-    except ValueError as exc:
-        raise StoreConfigError(f"invalid number in DynamoDB URL {url!r}: {exc}") from exc
-    if settings.connect_timeout <= 0 or settings.read_timeout <= 0 or settings.max_attempts < 1:
-        raise StoreConfigError(f"DynamoDB URL timeouts must be positive and max_attempts >= 1: {url!r}")
-    return settings
-
-
-def make_client(settings: DynamoDbSettings) -> Any:
-    """The boto3 DynamoDB client a store uses (bounded timeouts, standard retries)."""
-    config = Config(
-        region_name=settings.region,
-        connect_timeout=settings.connect_timeout,
-        read_timeout=settings.read_timeout,
-        retries={"mode": "standard", "total_max_attempts": settings.max_attempts},
-    )
-    return boto3.session.Session().client("dynamodb", endpoint_url=settings.endpoint_url, config=config)
-
-
-def _error_text(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return f"{error.get('Code', '?')} (HTTP {status}): {error.get('Message', '')}"
-    return f"{type(exc).__name__}: {exc}"
+        table = parse_dynamodb_url(table_url)
+    except ConfigError as exc:
+        raise StoreConfigError(str(exc)) from None
+    return StoreSettings(
+        table=table.table, region=table.region, endpoint_url=table.endpoint_url,
+        connect_timeout=table.connect_timeout, read_timeout=table.read_timeout,
+        max_attempts=table.max_attempts, collect=collect,
+    )  # fmt: skip
 
 
 def ensure_table(url: str, *, wait_s: float = 60.0) -> None:
-    """Create the table a store URL names, as Terraform does in production (hash key ``pk`` S,
-    range key ``sk`` S, on-demand, TTL on ``expires_at``); no-op if it exists. For tests and local runs."""
-    settings = parse_url(url)
-    client = make_client(settings)
+    """Create the table a store URL names as Terraform does; no-op if it exists. For tests and local runs."""
+    table_url, _ = _split_collect(url)
     try:
-        try:
-            client.create_table(
-                TableName=settings.table,
-                AttributeDefinitions=[
-                    {"AttributeName": "pk", "AttributeType": "S"},
-                    {"AttributeName": "sk", "AttributeType": "S"},
-                ],
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
-                raise
-        client.get_waiter("table_exists").wait(
-            TableName=settings.table, WaiterConfig={"Delay": 1, "MaxAttempts": max(1, int(wait_s))}
-        )
-        ttl = client.describe_time_to_live(TableName=settings.table)["TimeToLiveDescription"]
-        if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
-            client.update_time_to_live(
-                TableName=settings.table,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
-            )
-    except (ClientError, BotoCoreError) as exc:
-        raise StateUnavailable(f"DynamoDB table {settings.table}: cannot create: {_error_text(exc)}") from exc
-
-
-def _expires_at(retain_until_ms: int) -> str:
-    """TTL value: epoch seconds, rounded up, so DynamoDB never deletes an entry before its retention."""
-    return str(max(0, math.ceil(retain_until_ms / 1000)))
-
-
-def _earlier(consumed: Mapping[str, Any] | None, leaf: LeafNonce) -> EarlierAcceptance | None:
-    """The acceptance ``leaf`` retries, if the consumed nonce item was written under its request id
-    (an item from before acceptance times were kept answers 0)."""
-    if consumed is None or not leaf.request_id or consumed.get("request_id", {}).get("S") != leaf.request_id:
-        return None
-    return EarlierAcceptance(int(consumed.get("accepted_ms", {}).get("N", "0")))
-
-
-def _nonce_key(nonce: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": NONCE_PK_PREFIX + nonce}, "sk": {"S": NONCE_SK}}
-
-
-def _child_key(parent: str, child: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": PARENT_PK_PREFIX + parent}, "sk": {"S": CHILD_SK_PREFIX + child}}
-
-
-def _count_key(parent: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": PARENT_PK_PREFIX + parent}, "sk": {"S": COUNT_SK}}
-
-
-def verdict_shard(verdict_id: str) -> int:
-    return hashlib.sha256(verdict_id.encode()).digest()[0] % VERDICT_SHARDS
-
-
-def client_key(client: str) -> str:
-    """A client identity as the log's keys name it: 16 hex digits of its SHA-256."""
-    return hashlib.sha256(client.encode()).hexdigest()[:16]
-
-
-def _verdict_sk(time_ms: int, verdict_id: str) -> str:
-    return f"{time_ms:013d}#{verdict_id}"
-
-
-def _verdict_pk(client: str, shard: int) -> str:
-    return f"{VERDICTS_PK_PREFIX}{client_key(client)}#{shard}"
-
-
-def _verdict_key(entry: VerdictEntry) -> dict[str, dict[str, str]]:
-    return {
-        "pk": {"S": _verdict_pk(entry.client, verdict_shard(entry.verdict_id))},
-        "sk": {"S": _verdict_sk(entry.time_ms, entry.verdict_id)},
-    }
-
-
-def _path_pk(client: str, digest: bytes) -> str:
-    return f"{PATH_PK_PREFIX}{client_key(client)}#{digest.hex()}"
-
-
-def _use_pk(kind: DependencyKind, value: str, shard: int) -> str:
-    return f"{USE_PK_PREFIX}{kind.value}#{value}#{shard}"
-
-
-def _use_keys(client: str, digest: bytes, records: Sequence[RecordUse]) -> list[dict[str, dict[str, str]]]:
-    shard = digest[0] % VERDICT_SHARDS
-    sk = f"{client_key(client)}#{digest.hex()}"
-    return [{"pk": {"S": _use_pk(kind, value, shard)}, "sk": {"S": sk}} for kind, value in path_uses(records)]
-
-
-def _usage_key(client: str, shard: int) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": f"{USAGE_PK_PREFIX}{shard}"}, "sk": {"S": client}}
-
-
-def _entry_from_item(item: Mapping[str, Any], construction: str, records: tuple[RecordUse, ...]) -> VerdictEntry:
-    return VerdictEntry(
-        verdict_id=item["verdict_id"]["S"],
-        time_ms=int(item["time_ms"]["N"]),
-        mode=item["mode"]["S"],
-        client=item["client"]["S"],
-        request_id=item["request_id"]["S"],
-        registry_sequence=int(item["registry_sequence"]["N"]),
-        verdict=item["verdict"]["S"],
-        reason=item["reason"]["S"],
-        construction=construction,
-        records=records,
-        retain_until_ms=int(item["retain_until_ms"]["N"]),
-        needs_revalidation=bool(item.get("needs_revalidation", {}).get("BOOL", False)),
-        revalidation_cause=item.get("revalidation_cause", {}).get("S", ""),
-    )
-
-
-def _legacy_entry(item: Mapping[str, Any]) -> VerdictEntry:
-    """A verdict item of the layout before issue 29 (``verdict#<s>``, its records inline)."""
-    return _entry_from_item(item, item["construction"]["S"], records_from_json(item["records"]["S"]))
-
-
-def _retention(retain_until_ms: int) -> dict[str, dict[str, str]]:
-    return {"retain_until_ms": {"N": str(retain_until_ms)}, TTL_ATTRIBUTE: {"N": _expires_at(retain_until_ms)}}
+        ensure_daemon_table(table_url, wait_s=wait_s)
+    except ConfigError as exc:
+        raise StoreConfigError(str(exc)) from None
 
 
 class _Contended(Exception):
@@ -316,34 +171,19 @@ class _Contended(Exception):
 
 
 class DynamoDbState:
-    """:class:`countersign.state.VerifierState` in one DynamoDB table."""
+    """:class:`countersign.state.VerifierStore` (replay state and verdict log) in one DynamoDB table."""
 
     def __init__(self, url: str, *, client: Any | None = None) -> None:
         self.settings = parse_url(url)
         self.table = self.settings.table
         self._client = client if client is not None else make_client(self.settings)
         self._scan_cursor: dict[str, Any] | None = None
-        self._check_table()
+        check_table(self._client, self.table)
         self._move_legacy_verdicts()
 
-    @contextmanager
-    def _calls(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except ClientError as exc:
-            raise StateUnavailable(f"DynamoDB table {self.table} ({what}): {_error_text(exc)}") from exc
-        except BotoCoreError as exc:
-            raise StateUnavailable(f"DynamoDB table {self.table} ({what}): {_error_text(exc)}") from exc
-
-    def _check_table(self) -> None:
-        with self._calls("describe table"):
-            table = self._client.describe_table(TableName=self.table)["Table"]
-        keys = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
-        types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
-        if keys != {"pk": "HASH", "sk": "RANGE"} or types.get("pk") != "S" or types.get("sk") != "S":
-            raise StateUnavailable(
-                f"DynamoDB table {self.table} must have hash key pk (S) and range key sk (S); has {keys} {types}"
-            )
+    def _calls(self, what: str) -> AbstractContextManager[None]:
+        """Every botocore failure inside becomes StateUnavailable naming the table and ``what``."""
+        return calls(self.table, what)
 
     # -- admit ---------------------------------------------------------------------------------
 
@@ -373,27 +213,17 @@ class DynamoDbState:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
                 consumed = self._client.get_item(
-                    TableName=self.table, Key=_nonce_key(leaf.nonce), ConsistentRead=True
+                    TableName=self.table, Key=nonce_key(leaf.nonce), ConsistentRead=True
                 ).get("Item")
-                return _earlier(consumed, leaf) or StateRejection(Reason.NONCE_REPLAYED, leaf.index)
+                return earlier_acceptance(consumed, leaf) or StateRejection(Reason.NONCE_REPLAYED, leaf.index)
         return None
 
     def _nonce_put(self, leaf: LeafNonce, now_ms: int) -> dict[str, Any]:
         # Only the first consumption writes the item (a retry must not move its acceptance time), so
         # of concurrent retries under one key exactly one is the acceptance, the rest retries of it.
-        put: dict[str, Any] = {
-            "TableName": self.table,
-            "Item": {
-                **_nonce_key(leaf.nonce),
-                "retain_until_ms": {"N": str(leaf.retain_until_ms)},
-                "accepted_ms": {"N": str(now_ms)},
-                TTL_ATTRIBUTE: {"N": _expires_at(leaf.retain_until_ms)},
-            },
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-        if leaf.request_id:
-            put["Item"]["request_id"] = {"S": leaf.request_id}
-        return put
+        return {
+            "TableName": self.table, "Item": nonce_item(leaf, now_ms), "ConditionExpression": "attribute_not_exists(pk)"
+        }  # fmt: skip
 
     def _read(self, keys: list[dict[str, dict[str, str]]]) -> list[Mapping[str, Any] | None]:
         """Strongly consistent, serialisable read (TransactGetItems) of ``keys``, in order (a key
@@ -421,22 +251,21 @@ class DynamoDbState:
         # in several (the writes below stay conditional, so a stale read can only cost a retry).
         keys: list[dict[str, dict[str, str]]] = []
         for edge in edges:
-            keys.append(_child_key(edge.parent_digest, edge.child_nonce))
-            keys.append(_count_key(edge.parent_digest))
+            keys.append(child_key(edge.parent_digest, edge.child_nonce))
+            keys.append(count_key(edge.parent_digest))
         if consume:
-            keys.append(_nonce_key(leaf.nonce))
+            keys.append(nonce_key(leaf.nonce))
         items = self._read(keys)
         known: list[bool] = []
         for position, edge in enumerate(edges):
             child, counter = items[2 * position], items[2 * position + 1]
-            held = int(counter["n"]["N"]) if counter is not None and "n" in counter else 0
-            if child is None and held >= edge.max_children:
+            if child is None and children_held(counter) >= edge.max_children:
                 return StateRejection(Reason.FANOUT_EXCEEDED, edge.index)
             known.append(child is not None)
         if not consume:
             return None
         consumed = items[-1]
-        earlier = _earlier(consumed, leaf)
+        earlier = earlier_acceptance(consumed, leaf)
         replayed = consumed is not None and earlier is None
 
         writes = self._edge_writes(edges, known)
@@ -459,26 +288,15 @@ class DynamoDbState:
                 continue
             seen.add(key)
             new_per_parent.setdefault(edge.parent_digest, []).append(edge)
-            writes.append(
-                {
-                    "Put": {
-                        "TableName": self.table,
-                        "Item": {
-                            **_child_key(edge.parent_digest, edge.child_nonce),
-                            "retain_until_ms": {"N": str(edge.retain_until_ms)},
-                            TTL_ATTRIBUTE: {"N": _expires_at(edge.retain_until_ms)},
-                        },
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                }
-            )
+            put = {"TableName": self.table, "Item": child_item(edge), "ConditionExpression": "attribute_not_exists(pk)"}
+            writes.append({"Put": put})
         for parent, new in new_per_parent.items():
             retain = max(e.retain_until_ms for e in new)
             writes.append(
                 {
                     "Update": {
                         "TableName": self.table,
-                        "Key": _count_key(parent),
+                        "Key": count_key(parent),
                         # The checks above ran against the state before this path (as the reference
                         # does), so the condition is on the count before these k children join.
                         "UpdateExpression": "ADD n :k SET retain_until_ms = :r, #ttl = :ttl",
@@ -488,7 +306,7 @@ class DynamoDbState:
                             ":k": {"N": str(len(new))},
                             ":max": {"N": str(min(e.max_children for e in new))},
                             ":r": {"N": str(retain)},
-                            ":ttl": {"N": _expires_at(retain)},
+                            ":ttl": {"N": expires_at(retain)},
                         },
                     }
                 }
@@ -523,25 +341,22 @@ class DynamoDbState:
     ) -> StateRejection | EarlierAcceptance | None:
         keys: list[dict[str, dict[str, str]]] = []
         for edge in edges:
-            keys.append(_child_key(edge.parent_digest, edge.child_nonce))
-            keys.append(_count_key(edge.parent_digest))
+            keys.append(child_key(edge.parent_digest, edge.child_nonce))
+            keys.append(count_key(edge.parent_digest))
         if consume:
-            keys.extend(_nonce_key(leaf.nonce) for leaf in leaves)
+            keys.extend(nonce_key(leaf.nonce) for leaf in leaves)
         items = self._read(keys)
         known: list[bool] = []
         for position, edge in enumerate(edges):
             child, counter = items[2 * position], items[2 * position + 1]
-            held = int(counter["n"]["N"]) if counter is not None and "n" in counter else 0
-            if child is None and held >= edge.max_children:
+            if child is None and children_held(counter) >= edge.max_children:
                 return StateRejection(Reason.FANOUT_EXCEEDED, edge.index)
             known.append(child is not None)
         if not consume:
             return None
         replayed = first_repeated_leaf(leaves)
         for leaf, consumed in zip(leaves, items[2 * len(edges) :], strict=True):
-            if consumed is not None and not (
-                leaf.request_id and consumed.get("request_id", {}).get("S") == leaf.request_id
-            ):
+            if consumed is not None and not consumed_under(consumed, leaf):
                 replayed = leaf.index if replayed is None else min(replayed, leaf.index)
                 break
         if replayed is not None:
@@ -564,7 +379,7 @@ class DynamoDbState:
         if fresh:
             return None
         # Every receipt was consumed before under this request id (checked above): a retried session.
-        retried = [_earlier(consumed, leaf) for leaf, consumed in zip(leaves, nonces, strict=True)]
+        retried = [earlier_acceptance(consumed, leaf) for leaf, consumed in zip(leaves, nonces, strict=True)]
         return EarlierAcceptance(max(earlier.accepted_ms for earlier in retried if earlier is not None))
 
     def _write(self, writes: list[dict[str, Any]]) -> None:
@@ -723,7 +538,7 @@ class DynamoDbState:
         a write that fails between the two leaves the count off by one verdict."""
         self._client.update_item(
             TableName=self.table,
-            Key=_usage_key(client, shard),
+            Key=usage_key(client, shard),
             UpdateExpression="ADD n :rows, b :bytes",
             ExpressionAttributeValues={":rows": {"N": str(rows)}, ":bytes": {"N": str(size)}},
         )
@@ -739,36 +554,11 @@ class DynamoDbState:
         lacks them (or their retention is to be extended), the verdict item last: a verdict is never
         held without its path and index. Without a transaction: a collector dropping the path at the
         same moment finds the ref and puts the path back (:meth:`_drop_path_if_unused`)."""
-        shard = verdict_shard(entry.verdict_id)
-        sk = _verdict_sk(entry.time_ms, entry.verdict_id)
         digest = path_digest(entry.construction, entry.records)
-        item: dict[str, Any] = {
-            "pk": {"S": _verdict_pk(entry.client, shard)},
-            "sk": {"S": sk},
-            "verdict_id": {"S": entry.verdict_id},
-            "time_ms": {"N": str(entry.time_ms)},
-            "mode": {"S": entry.mode},
-            "client": {"S": entry.client},
-            "request_id": {"S": entry.request_id},
-            "registry_sequence": {"N": str(entry.registry_sequence)},
-            "verdict": {"S": entry.verdict},
-            "reason": {"S": entry.reason},
-            "needs_revalidation": {"BOOL": entry.needs_revalidation},
-            "bytes": {"N": str(verdict_bytes(entry))},
-            **_retention(entry.retain_until_ms),
-        }
-        if entry.needs_revalidation:
-            item["revalidation_cause"] = {"S": bounded_cause(entry.revalidation_cause)}
+        item = verdict_item(entry)
         with self._calls("record verdict"):
             if digest is not None:
-                item["path"] = {"S": digest.hex()}
-                self._client.put_item(
-                    TableName=self.table,
-                    Item={
-                        "pk": {"S": _path_pk(entry.client, digest)}, "sk": {"S": REF_SK_PREFIX + sk},
-                        "vpk": item["pk"], "accepted": {"BOOL": entry.accepted}, **_retention(entry.retain_until_ms),
-                    },
-                )  # fmt: skip
+                self._client.put_item(TableName=self.table, Item=ref_item(entry, digest))
                 self._keep_path(entry, digest)
             try:
                 self._client.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
@@ -778,24 +568,19 @@ class DynamoDbState:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
                 return
-            self._count_usage(entry.client, shard, 1, verdict_bytes(entry))
+            self._count_usage(entry.client, verdict_shard(entry.verdict_id), 1, verdict_bytes(entry))
 
     def _keep_path(self, entry: VerdictEntry, digest: bytes) -> None:
         """Make sure the client's store holds ``entry``'s path and its index entries, kept at least as
         long as ``entry`` (extended a day at a time, so a path in daily use is written once a day)."""
-        key = {"pk": {"S": _path_pk(entry.client, digest)}, "sk": {"S": PATH_SK}}
+        key = path_key(entry.client, digest)
         held = self._client.get_item(TableName=self.table, Key=key, ConsistentRead=True).get("Item")
         if held is not None and int(held["retain_until_ms"]["N"]) >= entry.retain_until_ms:
             return
-        retain = _retention(entry.retain_until_ms + PATH_RETAIN_SLACK_MS)
-        size = path_bytes(entry.construction, entry.records)
-        uses = [{"PutRequest": {"Item": {**k, **retain}}} for k in _use_keys(entry.client, digest, entry.records)]
+        uses = [{"PutRequest": {"Item": use}} for use in use_items(entry, digest)]
         for start in range(0, len(uses), BATCH_WRITE_LIMIT):
             self._batch_write(uses[start : start + BATCH_WRITE_LIMIT])
-        path = {
-            **key, "client": {"S": entry.client}, "construction": {"S": entry.construction},
-            "records": {"S": path_json(entry.records)}, "bytes": {"N": str(size)}, **retain,
-        }  # fmt: skip
+        path = path_item(entry, digest)
         if held is not None:
             self._client.put_item(TableName=self.table, Item=path)
             return
@@ -805,7 +590,7 @@ class DynamoDbState:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
             return  # another replica stored it meanwhile (and counted it)
-        self._count_usage(entry.client, digest[0] % VERDICT_SHARDS, 0, size)
+        self._count_usage(entry.client, path_shard(digest), 0, int(path["bytes"]["N"]))
 
     def _drop_path_if_unused(self, pk: str) -> int:
         """Drop the path item of partition ``pk`` and its index entries if no ref is left there;
@@ -834,12 +619,12 @@ class DynamoDbState:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
             return 0
-        digest = bytes.fromhex(pk.rsplit("#", 1)[1])
+        digest = digest_of_path_pk(pk)
         client = old["client"]["S"]
-        for use in _use_keys(client, digest, records_from_json(old["records"]["S"])):
+        for use in use_keys(client, digest, records_from_json(old["records"]["S"])):
             self._client.delete_item(TableName=self.table, Key=use)
         size = int(old["bytes"]["N"])
-        self._count_usage(client, digest[0] % VERDICT_SHARDS, 0, -size)
+        self._count_usage(client, path_shard(digest), 0, -size)
         return size
 
     def _forget_item(self, item: Mapping[str, Any], *, expired_before: int | None = None) -> ClientUsage:
@@ -860,10 +645,9 @@ class DynamoDbState:
         freed = int(item.get("bytes", {}).get("N", "0"))
         self._count_usage(client, verdict_shard(item["verdict_id"]["S"]), -1, -freed)
         if "path" in item:
-            pk = _path_pk(client, bytes.fromhex(item["path"]["S"]))
-            ref = {"pk": {"S": pk}, "sk": {"S": REF_SK_PREFIX + item["sk"]["S"]}}
+            ref = ref_key_of(item)
             self._client.delete_item(TableName=self.table, Key=ref)
-            freed += self._drop_path_if_unused(pk)
+            freed += self._drop_path_if_unused(ref["pk"]["S"])
         return ClientUsage(1, freed)
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> None:
@@ -892,7 +676,7 @@ class DynamoDbState:
             for value in dict.fromkeys(values):
                 for shard in range(VERDICT_SHARDS):
                     paths.update(
-                        PATH_PK_PREFIX + sk for sk in self._range(_use_pk(kind, value, shard), mine or "", limit=None)
+                        PATH_PK_PREFIX + sk for sk in self._range(use_pk(kind, value, shard), mine or "", limit=None)
                     )
             refs: list[tuple[str, str]] = []  # (sk of the verdict, its pk)
             for pk in sorted(paths):
@@ -904,7 +688,7 @@ class DynamoDbState:
                 items += self._batch_get(
                     [{"pk": {"S": pk}, "sk": {"S": sk}} for sk, pk in oldest[start : start + BATCH_GET_LIMIT]]
                 )
-            wanted = {_path_pk(i["client"]["S"], bytes.fromhex(i["path"]["S"])) for i in items if "path" in i}
+            wanted = {ref_key_of(i)["pk"]["S"] for i in items if "path" in i}
             held: dict[str, Mapping[str, Any]] = {}
             ordered = sorted(wanted)
             for start in range(0, len(ordered), BATCH_GET_LIMIT):
@@ -916,11 +700,10 @@ class DynamoDbState:
         for item in items:
             if item["verdict"]["S"] != "ACCEPT" or "path" not in item:
                 continue
-            stored = held.get(_path_pk(item["client"]["S"], bytes.fromhex(item["path"]["S"])))
+            stored = held.get(ref_key_of(item)["pk"]["S"])
             if stored is None:
                 continue  # dropped by a collector this instant and being put back: seen on the next lookup
-            records = records_from_json(stored["records"]["S"])
-            entries.append(_entry_from_item(item, stored["construction"]["S"], records))
+            entries.append(entry_on_path(item, stored))
         return sorted(entries, key=lambda e: (e.time_ms, e.verdict_id))
 
     def _range(self, pk: str, prefix: str, *, limit: int | None) -> list[str]:
@@ -985,7 +768,7 @@ class DynamoDbState:
                 try:
                     self._client.update_item(
                         TableName=self.table,
-                        Key=_verdict_key(entry),
+                        Key=verdict_key(entry),
                         UpdateExpression="SET needs_revalidation = :yes, revalidation_cause = :cause, marked_ms = :now",
                         ConditionExpression="needs_revalidation = :no",
                         ExpressionAttributeValues={
@@ -1034,7 +817,7 @@ class DynamoDbState:
         def forget_oldest(client: str, count: int) -> ClientUsage:
             items: list[Mapping[str, Any]] = []
             for shard in range(VERDICT_SHARDS):
-                partition = {":pk": {"S": _verdict_pk(client, shard)}}
+                partition = {":pk": {"S": verdict_pk(client, shard)}}
                 page = self._client.query(
                     TableName=self.table, ConsistentRead=True, Limit=count, KeyConditionExpression="pk = :pk",
                     ExpressionAttributeValues=partition,
@@ -1065,15 +848,13 @@ class DynamoDbState:
             while True:
                 page = self._client.scan(**request)
                 for item in page.get("Items", []):
-                    if item["sk"]["S"] == "verdict-count":
+                    if item["sk"]["S"] == LEGACY_COUNT_SK:
                         self._client.delete_item(TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]})
                         continue
-                    entry = _legacy_entry(item)
+                    entry = legacy_entry(item)
                     self.record_verdict(entry)
-                    shard = item["pk"]["S"][len(LEGACY_VERDICT_PK_PREFIX) :]
-                    for kind, value in path_uses(entry.records) if entry.accepted else []:
-                        legacy = f"{LEGACY_USES_PK_PREFIX}{kind.value}#{value}#{shard}"
-                        self._client.delete_item(TableName=self.table, Key={"pk": {"S": legacy}, "sk": item["sk"]})
+                    for legacy in legacy_use_keys(entry, item):
+                        self._client.delete_item(TableName=self.table, Key=legacy)
                     self._client.delete_item(TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]})
                 if "LastEvaluatedKey" not in page:
                     break
