@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from countersign.state import InMemoryState, VerifierState
+from countersign.state import InMemoryState, VerifierStore
 from tests.ports import free_port as _free_port
 from tests.stores.store_proxy import TcpProxy
 from verifier.stores import open_store
@@ -160,23 +160,23 @@ class StoreHarness:
     name = "?"
 
     def __init__(self) -> None:
-        self._handles: list[VerifierState] = []
+        self._handles: list[VerifierStore] = []
 
-    def _track(self, store: VerifierState) -> VerifierState:
+    def _track(self, store: VerifierStore) -> VerifierStore:
         self._handles.append(store)
         return store
 
-    def open(self) -> VerifierState:
+    def open(self) -> VerifierStore:
         raise NotImplementedError
 
-    def open_many_concurrently(self, n: int) -> list[VerifierState]:
+    def open_many_concurrently(self, n: int) -> list[VerifierStore]:
         """``n`` handles on one store that does not exist yet, opened at the same time (migrations race)."""
         raise NotImplementedError
 
-    def fresh(self) -> VerifierState:
+    def fresh(self) -> VerifierStore:
         raise NotImplementedError
 
-    def open_for_outage(self) -> VerifierState:
+    def open_for_outage(self) -> VerifierStore:
         """A handle for the outage test (SQLite: short busy timeout, so the test stays quick)."""
         return self.open()
 
@@ -189,10 +189,10 @@ class StoreHarness:
                 store.close()
 
 
-def _concurrently(n: int, opener: Callable[[], VerifierState]) -> list[VerifierState]:
+def _concurrently(n: int, opener: Callable[[], VerifierStore]) -> list[VerifierStore]:
     barrier = threading.Barrier(n)
 
-    def run() -> VerifierState:
+    def run() -> VerifierStore:
         barrier.wait()
         return opener()
 
@@ -207,14 +207,14 @@ class MemoryHarness(StoreHarness):
         super().__init__()
         self._store = InMemoryState()
 
-    def open(self) -> VerifierState:
+    def open(self) -> VerifierStore:
         return self._store
 
-    def open_many_concurrently(self, n: int) -> list[VerifierState]:
+    def open_many_concurrently(self, n: int) -> list[VerifierStore]:
         store = InMemoryState()  # process-local: "the same store" is the same object
         return [store] * n
 
-    def fresh(self) -> VerifierState:
+    def fresh(self) -> VerifierStore:
         return InMemoryState()
 
 
@@ -227,14 +227,14 @@ class SqliteHarness(StoreHarness):
         self.path = directory / "state.db"
         self._fresh = 0
 
-    def open(self) -> VerifierState:
+    def open(self) -> VerifierStore:
         return self._track(open_store(f"sqlite:///{self.path}"))
 
-    def open_many_concurrently(self, n: int) -> list[VerifierState]:
+    def open_many_concurrently(self, n: int) -> list[VerifierStore]:
         path = self.directory / f"concurrent-{uuid.uuid4().hex[:8]}.db"
         return [self._track(s) for s in _concurrently(n, lambda: open_store(f"sqlite:///{path}"))]
 
-    def fresh(self) -> VerifierState:
+    def fresh(self) -> VerifierStore:
         self._fresh += 1
         return self._track(open_store(f"sqlite:///{self.directory / f'fresh-{self._fresh}.db'}"))
 
@@ -252,7 +252,7 @@ class SqliteHarness(StoreHarness):
             holder.execute("ROLLBACK")
             holder.close()
 
-    def open_for_outage(self) -> VerifierState:
+    def open_for_outage(self) -> VerifierStore:
         from verifier.stores.sqlite import SqliteState
 
         return self._track(SqliteState(self.path, busy_timeout_ms=200))
@@ -271,16 +271,16 @@ class PostgresHarness(StoreHarness):
         host, port = _host_port(schemas.base_url)
         self.proxy = TcpProxy(host, port)
         self.url = schemas.url(self.schema, base=_replace_host_port(schemas.base_url, self.proxy.address))
-        self._fresh_store: VerifierState | None = None
+        self._fresh_store: VerifierStore | None = None
 
-    def open(self) -> VerifierState:
+    def open(self) -> VerifierStore:
         return self._track(open_store(self.url))
 
-    def open_many_concurrently(self, n: int) -> list[VerifierState]:
+    def open_many_concurrently(self, n: int) -> list[VerifierStore]:
         url = self.schemas.url(self.schemas.new())
         return [self._track(s) for s in _concurrently(n, lambda: open_store(url))]
 
-    def fresh(self) -> VerifierState:
+    def fresh(self) -> VerifierStore:
         import psycopg
 
         if self._fresh_store is None:
@@ -314,23 +314,23 @@ class DynamoDbHarness(StoreHarness):
         self.proxy = TcpProxy(host, port)
         ensure_table(dynamodb_url(endpoint, self.table))
         self.url = dynamodb_url(f"http://{self.proxy.address}", self.table, max_attempts=2, connect_timeout=1)
-        self._fresh_store: VerifierState | None = None
+        self._fresh_store: VerifierStore | None = None
 
-    def open(self) -> VerifierState:
+    def open(self) -> VerifierStore:
         return self._track(open_store(self.url))
 
-    def open_many_concurrently(self, n: int) -> list[VerifierState]:
+    def open_many_concurrently(self, n: int) -> list[VerifierStore]:
         from verifier.stores.dynamodb import ensure_table
 
         url = dynamodb_url(self.endpoint, f"cs-test-{uuid.uuid4().hex[:12]}")
 
-        def opener() -> VerifierState:
+        def opener() -> VerifierStore:
             ensure_table(url)  # what a deploy script would do; Terraform in production
             return open_store(url)
 
         return [self._track(s) for s in _concurrently(n, opener)]
 
-    def fresh(self) -> VerifierState:
+    def fresh(self) -> VerifierStore:
         if self._fresh_store is None:
             from verifier.stores.dynamodb import ensure_table
 

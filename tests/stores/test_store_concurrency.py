@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from countersign.state import VerifierState
+from countersign.state import ReplayState
 from tests.stores.conftest import PostgresSchemas
 from tests.stores.store_worker import outcome_of
 from verifier.stores import open_store
@@ -54,7 +54,7 @@ def path(parent: str, child: str, max_children: int, nonce: str) -> dict[str, An
 def run_threads(url: str, paths: list[dict[str, Any]], *, share_handle: bool = False) -> list[str]:
     """Admit every path from its own thread, all released at once by a barrier."""
     shared = open_store(url) if share_handle else None
-    stores: list[VerifierState] = [shared or open_store(url) for _ in paths]
+    stores: list[ReplayState] = [shared or open_store(url) for _ in paths]
     barrier = threading.Barrier(len(paths))
 
     def run(i: int) -> str:

@@ -1,7 +1,7 @@
 """One conformance suite for every verifier-state backend (memory, SQLite, PostgreSQL, DynamoDB
-emulator): each test runs unchanged against each backend, through the ``VerifierState`` interface.
+emulator): each test runs unchanged against each backend, through the ``ReplayState`` interface.
 
-The reference semantics are :class:`countersign.state.InMemoryState`'s; the last test drives random
+The reference semantics are :class:`countersign.state.InMemoryReplayState`'s; the last test drives random
 sequences of admits, audits, clock steps and collections through a backend and the reference side by
 side and requires identical answers.
 """
@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from countersign.errors import StateUnavailable
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, EarlierAcceptance, InMemoryState, LeafNonce, StateRejection, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, InMemoryReplayState, LeafNonce, ReplayState, StateRejection
 from tests.stores.conftest import StoreHarness
 
 NOW = 1_000_000
@@ -232,7 +232,7 @@ def test_outage_raises_state_unavailable_then_recovers(outage_harness: StoreHarn
     assert store.admit(edges, nonce, consume=True, now_ms=NOW) == replayed(1)
 
 
-def _admit_until_reachable(store: VerifierState, edges: list[ChildEdge], nonce: LeafNonce) -> StateRejection | None:
+def _admit_until_reachable(store: ReplayState, edges: list[ChildEdge], nonce: LeafNonce) -> StateRejection | None:
     """The first answer the store gives once reachable again (a pooled connection that died in the
     outage may fail one more call; a store that never comes back fails the test)."""
     failures: list[StateUnavailable] = []
@@ -270,7 +270,7 @@ def test_random_sequences_match_reference_model(harness: StoreHarness) -> None:
         def __init__(self) -> None:
             super().__init__()
             self.store = harness.fresh()
-            self.model = InMemoryState()
+            self.model = InMemoryReplayState()
             self.now = NOW
 
         @rule(

@@ -1,7 +1,7 @@
 """``admit_session`` on every backend (memory, SQLite, PostgreSQL, DynamoDB emulator): a session's
 receipt nonces and its agent path's edges are admitted ALL OR NOTHING, across handles and at once.
 
-The reference is :class:`countersign.state.InMemoryState`; the last test compares each backend with it
+The reference is :class:`countersign.state.InMemoryReplayState`; the last test compares each backend with it
 over random pre-consumed nonces, request ids and sessions.
 """
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.reasons import Reason
-from countersign.state import ChildEdge, EarlierAcceptance, InMemoryState, LeafNonce, StateRejection, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, InMemoryReplayState, LeafNonce, ReplayState, StateRejection
 from tests.stores.conftest import StoreHarness
 
 NOW = 1_000_000
@@ -39,7 +39,7 @@ def replayed(index: int) -> StateRejection:
     return StateRejection(Reason.NONCE_REPLAYED, index)
 
 
-def consumed(store: VerifierState, leaves: list[LeafNonce]) -> list[bool]:
+def consumed(store: ReplayState, leaves: list[LeafNonce]) -> list[bool]:
     """Which of ``leaves`` are consumed now, asked one by one (a fresh consume succeeds only if not).
     This consumes the ones that were not: call it last."""
     return [store.admit([], leaf, consume=True, now_ms=NOW) is not None for leaf in leaves]
@@ -126,7 +126,7 @@ def test_concurrent_admissions_of_one_session_accept_exactly_once(harness: Store
     edges, leaves = agent_edges("h"), receipts("h", 20)
     barrier = threading.Barrier(len(handles))
 
-    def admit(store: VerifierState) -> StateRejection | None:
+    def admit(store: ReplayState) -> StateRejection | None:
         barrier.wait()
         return store.admit_session(edges, leaves, consume=True, now_ms=NOW)
 
@@ -174,7 +174,7 @@ def test_every_backend_answers_as_the_reference(
     audit): the same answer as the in-memory reference (a retry naming the same acceptance time), and
     the same receipts consumed after."""
     before, n, key_before, key_session, consume = case
-    store, reference = harness.fresh(), InMemoryState()
+    store, reference = harness.fresh(), InMemoryReplayState()
     edges = agent_edges("p")
     for position in before:  # each at its own time, so a retry's answer shows which time it names
         leaf = LeafNonce(f"p:r{position}", RETAIN, position, key_before)

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from countersign.errors import StateUnavailable
 from countersign.impact import ImpactQuery, collect_impact
-from countersign.state import CoSigner, DependencyKind, InMemoryState, RecordUse, VerdictEntry, VerifierStore
+from countersign.state import CoSigner, DependencyKind, InMemoryVerdictLog, RecordUse, VerdictEntry, VerifierStore
 from tests.stores.conftest import StoreHarness
 
 T0 = 1_780_000_000_000
@@ -344,7 +344,7 @@ CLIENTS = (ALICE, MALLORY, "spiffe://countersign.local/client/bob")
 
 def test_random_verdict_log_sequences_match_the_reference(harness: StoreHarness) -> None:
     """Records from three clients over a few shared paths (and no path), trims under random row and
-    byte bounds, expiry: the store answers as the reference (:class:`InMemoryState`) does, in what
+    byte bounds, expiry: the store answers as the reference (:class:`InMemoryVerdictLog`) does, in what
     each client holds, what is trimmed and what each lookup returns."""
     forest = Forest(random.Random(3))
     forest.grow(roots=2, size=12)
@@ -354,7 +354,7 @@ def test_random_verdict_log_sequences_match_the_reference(harness: StoreHarness)
         def __init__(self) -> None:
             super().__init__()
             self.store = cast(VerifierStore, harness.fresh())
-            self.model = InMemoryState()
+            self.model = InMemoryVerdictLog()
             self.n = 0
             self.now = T0
 
