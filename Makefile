@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_VERSION := 26.3
 # Everything the tests and the demo use: the daemons (server), the exports, both shared stores, the
-# LangGraph integration, and the tools (dev).
-EXTRAS := dev,server,export,postgres,aws,langgraph,mcp,a2a
+# framework integrations, and the tools (dev).
+EXTRAS := dev,server,export,postgres,aws,langgraph,mcp,a2a,openai-agents
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh

@@ -145,3 +145,5 @@ def test_the_examples_run_on_the_users_mesh(kept: KeptMesh) -> None:
     assert "verified: ACCEPT emitted by deployer-b" in a2a and "tampered artifact: OUTPUT_MISMATCH" in a2a
     mcp = example("mcp_client.py", kept)
     assert "mcp-proxy: ACCEPT emitted by deployer-b seq 2" in mcp and "dropped result: SESSION_GAP" in mcp
+    agents = example("openai_agents_support.py", kept)
+    assert "verified final output: ACCEPT emitted by deployer-b" in agents
