@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_VERSION := 26.3
-# Everything the tests and the demo use: the daemons (server), the exports, both shared stores, the
-# framework integrations, and the tools (dev).
-EXTRAS := dev,server,export,postgres,aws,langgraph,mcp,a2a,openai-agents
+# Everything the tests and the demo use: every extra pyproject.toml declares but the benchmark peers
+# (bench), so the daemons, the exports, the shared stores, every framework integration and the tools
+# (dev). A new extra needs no line here (docs/extending.md).
+EXTRAS := $(shell $(PYTHON) -c 'import tomllib; extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(",".join(e for e in extras if e != "bench"))')
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh

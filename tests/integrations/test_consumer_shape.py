@@ -1,25 +1,39 @@
 """The integrations check evidence with a :class:`countersign.client.Consumer` and nothing else (ADR
 0034): where and how to check (verifier or registry, TLS, policy, state, clock) are the consumer's, so
 no check of LangGraph, MCP, A2A or the OpenAI Agents SDK takes them one by one, and each answers with the
-one verdict shape (or the kit's OutputVerdicts of it, one per output)."""
+one verdict shape (or the kit's OutputVerdicts of it, one per output). The integrations are those the
+extras registry names (``countersign.extras.EXTRAS``), so a new one is held to this without a line here."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import typing
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+import countersign.integrations
 from countersign.client import Consumer, EvidenceVerdict
-from countersign.integrations import a2a, kit, langgraph, mcp, openai_agents
+from countersign.extras import EXTRAS
+from countersign.integrations import kit, langgraph, mcp
 
 pytestmark = pytest.mark.offline
 
+INTEGRATIONS: list[ModuleType] = [
+    importlib.import_module(module) for module in EXTRAS.values() if module.startswith("countersign.integrations.")
+]
+# Every consumer-side check of every integration: a function of its own named *verify* or *check_session*.
 CHECKS: list[Callable[..., object]] = [
-    langgraph.verify_state, langgraph.averify_state, mcp.verify_result, mcp.averify_result, mcp.check_session,
-    mcp.acheck_session, a2a.verify_artifact, a2a.averify_artifact, openai_agents.verify_run, openai_agents.averify_run,
-]  # fmt: skip
+    function
+    for module in INTEGRATIONS
+    for name, function in vars(module).items()
+    if ("verify" in name or name.endswith("check_session"))
+    and inspect.isfunction(function)
+    and function.__module__ == module.__name__
+]
 WHERE_AND_HOW = {"verifier", "registry", "tls", "environ", "consumer_policy", "state", "now_ms", "policy"}
 
 
@@ -42,10 +56,17 @@ def test_each_check_takes_the_consumer_and_answers_the_one_verdict(check: Callab
         assert verdict is EvidenceVerdict and what is not EvidenceVerdict
 
 
-def test_every_consumer_side_function_of_the_integrations_is_listed() -> None:
-    """A new check added to an integration must take the consumer too (and be listed above)."""
-    for module in (langgraph, mcp, a2a, openai_agents):
-        for name, function in vars(module).items():
-            checks = "verify" in name or name.endswith("check_session")
-            if checks and inspect.isfunction(function) and function.__module__ == module.__name__:
-                assert function in CHECKS, f"{module.__name__}.{name}"
+def test_the_checks_are_found_in_every_integration_the_registry_names() -> None:
+    """The derivation above finds what it must (a broken one would hold nothing to the test)."""
+    names = {module.__name__.rsplit(".", 1)[1] for module in INTEGRATIONS}
+    assert names >= {"langgraph", "mcp", "a2a", "openai_agents"}
+    assert {mcp.verify_result, mcp.acheck_session, langgraph.averify_state} <= set(CHECKS)
+    assert len(CHECKS) >= 10 and {check.__module__ for check in CHECKS} == {m.__name__ for m in INTEGRATIONS}
+
+
+def test_every_integration_module_is_in_the_extras_registry() -> None:
+    """An integration is one module and one registry line: its extra in ``EXTRAS`` (the install hints,
+    the packaging test and this test read it). The kit is the integrations' own floor, not one."""
+    package = Path(countersign.integrations.__file__).parent
+    modules = {f"countersign.integrations.{p.stem}" for p in package.glob("*.py") if not p.stem.startswith("_")}
+    assert modules - {kit.__name__} == {module.__name__ for module in INTEGRATIONS}

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path as FilePath
 from typing import Any
 
 import pydantic
 import pytest
-from agents import Agent, RunConfig, Runner, RunResult, ToolOutputText, function_tool
+from agents import Agent, ItemHelpers, RunConfig, Runner, RunResult, ToolOutputImage, ToolOutputText, function_tool
 from agents.items import ToolCallOutputItem
 from agents.testing import ScriptedModel, assistant_message, function_call
 from hypothesis import given
@@ -43,6 +45,7 @@ from countersign.samples import SampleMesh
 pytestmark = pytest.mark.offline
 
 SAMPLE = SampleMesh.create(DEPLOYERS, seed=b"openai-agents-offline")
+VECTORS = json.loads((FilePath(__file__).parents[1] / "vectors" / "openai-agents.json").read_text(encoding="utf-8"))
 NO_TRACES = RunConfig(tracing_disabled=True)
 
 
@@ -244,3 +247,40 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.delitem(sys.modules, "countersign.integrations.openai_agents")
     with pytest.raises(ImportError, match=r"pip install 'countersign-mesh\[openai-agents\]'"):
         import countersign.integrations.openai_agents  # noqa: F401
+
+
+# What each tool of the vector returned in Python; the SDK turns it into the function_call_output's output.
+RETURNED: dict[str, Any] = {
+    "text": "invoice A7: 42.00 \u20ac",
+    "stringified": {"currency": "EUR", "limit": 100},
+    "structured": [
+        ToolOutputText(text="refunds within 30 days"),
+        ToolOutputImage(image_url="data:image/png;base64,iVBORw0KGgo=", detail="low"),
+    ],
+}
+
+
+class Approval(pydantic.BaseModel):
+    invoice: str
+    amount: int
+    approved: bool
+
+
+@pytest.mark.parametrize("vector", VECTORS["tool_results"], ids=lambda v: v["name"])
+def test_a_tool_result_signs_the_vectors_bytes(vector: dict[str, Any]) -> None:
+    signed = tool_output_bytes(vector["output"])
+    assert signed == vector["signed_bytes"].encode("utf-8")
+    assert "sha256:" + hashlib.sha256(signed).hexdigest() == vector["sha256"]
+    # The output is what the SDK itself makes of what the tool returned.
+    item = ItemHelpers.tool_call_output_item(function_call("t", {}, call_id="c"), RETURNED[vector["name"]])
+    assert tool_output_bytes(item["output"]) == signed
+
+
+@pytest.mark.parametrize("vector", VECTORS["final_outputs"], ids=lambda v: v["name"])
+def test_a_final_output_signs_the_vectors_bytes(vector: dict[str, Any]) -> None:
+    value = vector["final_output"]
+    signed = final_output_bytes(value)
+    assert signed == vector["signed_bytes"].encode("utf-8")
+    assert "sha256:" + hashlib.sha256(signed).hexdigest() == vector["sha256"]
+    if isinstance(value, dict):  # the agent's output_type, as the SDK hands it over
+        assert final_output_bytes(Approval.model_validate(value)) == signed

@@ -78,9 +78,13 @@ def test_every_install_line_names_the_distribution_and_a_declared_extra() -> Non
         assert extra in PROMISES, f"say what {requirement} promises in PROMISES"
         assert install_command(extra or None) in "".join(page.read_text() for page in PAGES), requirement
     assert set(EXTRAS) <= set(declared)
-    # The integration extras bring the client SDK they sign and check through.
-    for extra in ("langgraph", "mcp", "a2a", "openai-agents"):
+    # The integration extras (those the registry says install an integration) bring the client SDK they
+    # sign and check through, and a page prints each one's install line.
+    integrations = [extra for extra, what in EXTRAS.items() if what.startswith("countersign.integrations.")]
+    assert {"langgraph", "mcp", "a2a", "openai-agents"} <= set(integrations)
+    for extra in integrations:
         assert f"{DISTRIBUTION}[grpc]" in declared[extra], extra
+        assert f"{DISTRIBUTION}[{extra}]" in lines, extra
 
 
 def _digest() -> str:
