@@ -60,7 +60,7 @@ def test_the_pages_keep_their_budget_and_start_from_the_kept_mesh() -> None:
         first = next(b for b in runnable(page) if KEPT_MESH in b.code)
         assert runnable(page).index(first) < min(i for i, b in enumerate(runnable(page)) if b.language == "python")
     excerpts = [b for page in (README, QUICKSTART) for b in blocks(page) if b.info.startswith("from ")]
-    assert len(excerpts) == 4
+    assert len(excerpts) == 5
     assert {block.info: missing_from_source(block, REPO) for block in excerpts} == {b.info: [] for b in excerpts}
 
 
