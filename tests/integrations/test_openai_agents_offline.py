@@ -284,3 +284,19 @@ def test_a_final_output_signs_the_vectors_bytes(vector: dict[str, Any]) -> None:
     assert "sha256:" + hashlib.sha256(signed).hexdigest() == vector["sha256"]
     if isinstance(value, dict):  # the agent's output_type, as the SDK hands it over
         assert final_output_bytes(Approval.model_validate(value)) == signed
+
+
+def test_a_streamed_run_is_signed_the_same_and_a_refusal_ends_its_stream() -> None:
+    async def streamed(context: Any) -> Any:
+        triage, _ = support()
+        hooks = SigningHooks(signing(), HOSTS)
+        result = Runner.run_streamed(triage, "x", context=context, hooks=hooks, run_config=NO_TRACES)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(streamed({EVIDENCE_KEY: RunEvidence()}))
+    verdict = verify_run(result, consumer())
+    assert verdict and [o.call_id for o, _ in verdict.outputs] == ["call-1", "call-2", "call-3", None]
+    with pytest.raises(ConfigError, match="RunEvidence"):
+        asyncio.run(streamed({}))
