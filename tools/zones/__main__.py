@@ -1,4 +1,4 @@
-"""``python -m tools.zones measure | cleanup | up`` (see docs/zones.md)."""
+"""``python -m tools.zones measure | faults | cleanup | up`` (see docs/zones.md)."""
 
 from __future__ import annotations
 
@@ -55,14 +55,18 @@ def _up(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"measure": None, "cleanup": _cleanup, "up": _up}
+    commands = {"measure": None, "faults": None, "cleanup": _cleanup, "up": _up}
     if not argv or argv[0] not in commands:
-        print("usage: python -m tools.zones {measure [--quick] | cleanup [--force] | up}", file=sys.stderr)
+        print("usage: python -m tools.zones {measure [--quick] | faults | cleanup [--force] | up}", file=sys.stderr)
         return 2
     if argv[0] == "measure":
         from tools.zones.measure import main as measure
 
         return measure(argv[1:])
+    if argv[0] == "faults":
+        from tools.zones.faults import main as faults
+
+        return faults(argv[1:])
     handler = commands[argv[0]]
     assert handler is not None
     return handler(argv[1:])
