@@ -36,9 +36,18 @@ def _up(argv: list[str]) -> int:
     parser.add_argument("--delay-ms", type=float, default=0.5)
     parser.add_argument("--loss", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: until Ctrl-C)")
+    parser.add_argument(
+        "--replicas", action="store_true", help="a signer replica of every deployer in every zone, two coordinators"
+    )
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="zones-up-"))
-    with ZoneMesh(workdir, delay_ms=args.delay_ms, loss=args.loss) as zoned:
+    if args.replicas:
+        from tools.zones.faults import replica_mesh
+
+        mesh = replica_mesh(workdir, delay_ms=args.delay_ms)
+    else:
+        mesh = ZoneMesh(workdir, delay_ms=args.delay_ms, loss=args.loss)
+    with mesh as zoned:
         print(f"run {zoned.net.run_id}: workdir {workdir}, delay mode {zoned.delay_mode}")
         for letter, zone in zoned.net.zones.items():
             print(f"  zone-{letter}: netns {zone.netns}, address {zone.ip}")
