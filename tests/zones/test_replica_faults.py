@@ -57,7 +57,7 @@ def assert_correct(result: FaultResult) -> None:
     assert result.budget_refused > 0, "delegations past a budget were tried, and refused"
     # The checks read what they count.
     assert result.children_counted == result.grants_spent == result.children_received > 0
-    assert result.sessions_stored == result.sessions > 0
+    assert result.sessions_stored == result.sessions_verified == result.sessions > 0
     # No signer's registry copy went stale: its followers moved to the other coordinator in time.
     assert result.freshness_samples > 0
     assert result.stale_signers == []

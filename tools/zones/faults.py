@@ -350,6 +350,7 @@ class FaultResult:
     seq_skipped: int = 0
     sessions: int = 0
     sessions_rejected: int = 0  # sessions a verifier did not accept whole
+    sessions_verified: int = 0  # sessions a verifier accepted whole
     grants_used_twice: int = 0
     over_budget: int = 0
     budget_refused: int = 0  # delegations past a budget, refused as they must be
@@ -504,9 +505,11 @@ def check(zoned: ZoneMesh, load: Load, result: FaultResult) -> None:
                 result.seq_skipped += last + 1 - len(set(seqs))
                 ordered = sorted(receipts, key=lambda item: item[1].leaf.record.output.seq)  # type: ignore[union-attr]
                 evidence = SessionEvidence(agent.agent, tuple(r.leaf for _, r in ordered))
-                if len(set(seqs)) == len(seqs) and not verifier.verify_session(
-                    evidence, [output for output, _ in ordered], audit=True
-                ):
+                if len(set(seqs)) != len(seqs):
+                    continue  # counted as repeated; a session with a repeat is not one chain to verify
+                if verifier.verify_session(evidence, [output for output, _ in ordered], audit=True):
+                    result.sessions_verified += 1
+                else:
                     result.sessions_rejected += 1
             digests = {p.path.leaf.digest(): p for p in agent.parents}
             for digest, (children, spent) in children_of(zoned, agent.parent, list(digests)).items():
@@ -573,8 +576,9 @@ def report(results: Sequence[FaultResult], *, command: str, load: str) -> str:
         )  # fmt: skip
     lines.append("")
     lines += [
-        f"- {FAULT_LABELS[r.fault]}: {r.sessions} sessions verified whole, {r.budget_refused} delegations past a"
-        f" budget refused FANOUT_EXCEEDED, {r.orphan_children} children counted that no runtime received,"
+        f"- {FAULT_LABELS[r.fault]}: {r.sessions_verified} of {r.sessions} sessions verified whole,"
+        f" {r.budget_refused} delegations past a budget refused FANOUT_EXCEEDED,"
+        f" {r.orphan_children} children counted that no runtime received,"
         f" signers found stale {', '.join(r.stale_signers) or 'none'} in {r.freshness_samples} readings;"
         f" samples before/during: receipts {len(r.receipts_before)}/{len(r.receipts_during)}, delegations"
         f" {len(r.delegations_before)}/{len(r.delegations_during)}"
