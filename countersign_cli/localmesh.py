@@ -153,6 +153,7 @@ class LocalMesh:
             self._certificate("coordinator", PeerIdentity("coordinator"), [coordinator_dns()])
             self._certificate("operator", PeerIdentity("operator"), [])
             self._certificate("client", PeerIdentity("client", name="demo"), [])
+            self._certificate("auditor", PeerIdentity("auditor", name="audit"), [])
             for deployer in self.deployers:
                 self._certificate(
                     f"{deployer}-signer", PeerIdentity("signer", deployer=deployer), [signer_dns(deployer)]

@@ -24,7 +24,7 @@ from pathlib import Path as FilePath
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from countersign.client import ServiceError
+from countersign.client import ServiceError, SignerClient
 from countersign.records import Path
 from countersign.sessions import SessionEvidence
 from countersign_cli.localmesh import LocalMesh
@@ -130,3 +130,29 @@ def test_a_stream_cut_by_its_replica_resumes_at_the_other(mesh: LocalMesh) -> No
     finally:
         verifier.close()
         runtime.close()
+
+
+def test_one_target_with_several_addresses_fails_over_inside_grpc(tmp_path: FilePath) -> None:
+    """What a DNS name resolving to several addresses gives a client: one channel, whose addresses gRPC
+    moves between (here a gRPC target naming two loopback addresses, the resolver's output written out)."""
+    mesh = LocalMesh(tmp_path / "mesh", deployers=(CHILD,), verifiers=0, signer_replicas={CHILD: 2})
+    with mesh:
+        mesh.setup()
+        mesh.start("coordinator")
+        first, second = mesh.signer_names(CHILD)
+        port = mesh.start(first).port
+        mesh.daemons[second].host, mesh.daemons[second].port = "127.0.0.2", port  # the same port, another address
+        mesh.start(second)
+        mesh.enrol_all()
+        target = f"ipv4:127.0.0.1:{port},127.0.0.2:{port}"
+        runtime = SignerClient(target, mesh.tls_for(f"{CHILD}-runtime"), CHILD)
+        try:
+            assert runtime.addresses == [target], "one entry: one channel over both addresses"
+            agent = runtime.root("resolver", "failover")
+            before = runtime.receipt(agent, hashlib.sha256(b"before").digest(), session="dns")
+            mesh.kill(first)
+            after = runtime.receipt(agent, hashlib.sha256(b"after").digest(), session="dns")
+            assert after.leaf.record.output is not None and after.leaf.record.output.seq == 1
+            assert after.leaf.record.output.prev == before.leaf.digest()
+        finally:
+            runtime.close()
