@@ -1,0 +1,379 @@
+"""The strict parse of paths and session evidence on a compiled JSON decoder (ADR 0033).
+
+``msgspec`` (the ``fast`` extra) decodes the bytes into typed structs that mirror docs/spec.md section 4:
+the member set of every object, each member's JSON type, the integer ranges, the enumerations and the
+list lengths are checked in C as the bytes are read. What a type cannot say is checked here: the
+patterns of section 2.4, ``expires_ms`` after ``created_ms``, ``prev`` null exactly at ``seq`` 0, the
+co-signatures' count and roles, the stream and close rules, the envelope's ``key_id`` and ``sig``. A
+record's canonical bytes are msgspec's encoding of its struct, whose members are declared in sorted
+order: for values that pass the schema (printable ASCII strings without ``"`` or ``\\``, integers in
+``[0, 2**53 - 1]``) that is RFC 8785 (``tests/core/test_compiled_parse.py`` holds it equal to the
+``rfc8785`` library and to ``NodeRecord.canonical_bytes``).
+
+Like every fast JSON decoder, msgspec keeps the last of duplicate keys, and it reads ``-0`` as ``0``.
+So a value is accepted here only if the input, its whitespace left out, is exactly as long as the
+canonical bytes of what was decoded. Every member of the input is then a member of the value, written
+canonically: a member of the input that the value does not hold (a duplicate, whose text has at least
+``,"":0`` besides whitespace) and every other spelling of a token (an escape in a string, ``-0``) only
+make the input longer, and an unknown or missing member, a float, a boolean where an integer belongs
+or a string where the schema wants another shape never decodes. Strings of a valid value hold no
+whitespace, so the only whitespace left out is between tokens.
+
+Anything else returns None and the reference parser (``countersign.records``) decides: every refusal,
+and every input the length does not vouch for. The reason, the index and the detail of a refusal are
+therefore the reference's by construction, and an accepted value is the one the reference builds
+(the property tests of ``tests/core/test_compiled_parse.py`` hold both over random and mutated input).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from countersign.canonical import SAFE_INTEGER_MAX
+from countersign.records import (
+    DEPLOYER_ID_PATTERN,
+    DIGEST_PATTERN,
+    EMPTY_OUTPUT_SHA256,
+    IDENTIFIER_PATTERN,
+    KEY_ID_PATTERN,
+    MAX_ALLOWED_CHILDREN,
+    MAX_CHILDREN_LIMIT,
+    MAX_DEPTH,
+    MAX_INPUT_BYTES,
+    MAX_PATH_LENGTH,
+    MAX_STREAM_N,
+    NONCE_PATTERN,
+    SIGNATURE_PATTERN,
+    AgentRef,
+    BindingScope,
+    Construction,
+    CoSignature,
+    CoSignerRole,
+    Envelope,
+    KnownEnvelopes,
+    LifecycleEvent,
+    NodeRecord,
+    OutputReceipt,
+    Path,
+    Policy,
+    SessionClose,
+    StreamChunk,
+    StreamUnit,
+    new_envelope,
+    new_output,
+    new_record,
+)
+
+DECODER_NAME: Final[str] = f"msgspec {msgspec.__version__}"
+
+_SafeInt = Annotated[int, msgspec.Meta(ge=0, le=SAFE_INTEGER_MAX)]
+_Depth = Annotated[int, msgspec.Meta(ge=0, le=MAX_DEPTH)]
+_StreamCount = Annotated[int, msgspec.Meta(ge=1, le=MAX_STREAM_N)]
+
+
+# The structs: one per object of spec section 4, members in sorted order (their encoding is canonical).
+# ``gc=False``: they hold no cycles, and the collector need not track the thousands a session makes.
+
+
+class _Agent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    instance: str
+    system: str
+
+
+class _Policy(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    allowed_children: Annotated[list[str], msgspec.Meta(max_length=MAX_ALLOWED_CHILDREN)] | None
+    max_depth: _Depth | None
+
+
+class _Close(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    count: _SafeInt
+    last: str | None
+
+
+class _Stream(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    n: _StreamCount
+    unit: StreamUnit
+    units: _StreamCount
+
+
+class _Output(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
+    # kw_only lets the two optional members keep their sorted places; UNSET (absent) is not encoded.
+    binding_scope: BindingScope
+    close: _Close | msgspec.UnsetType = msgspec.UNSET
+    prev: str | None
+    seq: _SafeInt
+    session: str
+    sha256: str
+    stream: _Stream | msgspec.UnsetType = msgspec.UNSET
+
+
+class _CoSignature(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    deployer: str
+    key_id: str
+    role: CoSignerRole
+    sig: str
+
+
+class _Record(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    agent: _Agent
+    construction: Construction
+    cosigs: Annotated[list[_CoSignature], msgspec.Meta(max_length=2)]
+    created_ms: _SafeInt
+    deployer: str
+    depth: _Depth
+    event: LifecycleEvent
+    expires_ms: _SafeInt
+    key_id: str
+    max_children: Annotated[int, msgspec.Meta(ge=0, le=MAX_CHILDREN_LIMIT)]
+    nonce: str
+    output: _Output | None
+    parent: str | None
+    policy: _Policy
+    v: Literal[1]
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    key_id: str
+    record: _Record
+    sig: str | None
+
+
+class _Path(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    envelopes: Annotated[list[_Envelope], msgspec.Meta(min_length=1, max_length=MAX_PATH_LENGTH)]
+    v: Literal[1]
+
+
+class _Session(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    agent: _Path
+    receipts: list[_Envelope]  # 1 to max_receipts, checked by session_from_bytes
+    v: Literal[1]
+
+
+_DECODE_PATH: Final = msgspec.json.Decoder(_Path).decode
+_DECODE_SESSION: Final = msgspec.json.Decoder(_Session).decode
+_ENCODE: Final = msgspec.json.Encoder().encode
+_WHITESPACE: Final = b" \t\n\r"  # RFC 8259's four
+
+# Envelope, path and session text around the parts that vary (lengths of what Path.to_bytes and
+# SessionEvidence.to_bytes compose): '{"key_id":"' '","record":' ',"sig":' '}', and so on.
+_ENVELOPE_FRAME: Final = 30
+_PATH_FRAME: Final = len(b'{"envelopes":[') + len(b'],"v":1}')
+_SESSION_FRAME: Final = len(b'{"agent":') + len(b',"receipts":[') + len(b'],"v":1}')
+
+_DEPLOYER: Final = DEPLOYER_ID_PATTERN.fullmatch
+_KEY_ID: Final = KEY_ID_PATTERN.fullmatch
+_DIGEST: Final = DIGEST_PATTERN.fullmatch
+_NONCE: Final = NONCE_PATTERN.fullmatch
+_IDENTIFIER: Final = IDENTIFIER_PATTERN.fullmatch
+_SIGNATURE: Final = SIGNATURE_PATTERN.fullmatch
+_NO_POLICY: Final = Policy()
+_PARENT, _CHILD = CoSignerRole.PARENT, CoSignerRole.CHILD
+_PER_N_TOKENS, _PER_SESSION = BindingScope.PER_N_TOKENS, BindingScope.PER_SESSION
+
+
+class _Unproven(Exception):
+    """A rule this module checks does not hold: the reference parser decides."""
+
+
+def path_from_bytes(data: object, known: KnownEnvelopes | None = None) -> Path | None:
+    """The path ``data`` holds, if the compiled decoder and the checks here prove it valid; None when the
+    reference parser must decide (see the module docstring). With ``known`` (a verifier's prefix cache),
+    an envelope it holds under the same signature, key_id and canonical record bytes is the one used.
+    Never raises for any input."""
+    data = _as_bytes(data)
+    if data is None or len(data) > MAX_INPUT_BYTES:
+        return None
+    try:
+        value = _DECODE_PATH(data)
+        envelopes, size = _envelopes(value.envelopes, known)
+    except (msgspec.DecodeError, ValueError, _Unproven):  # ValidationError is a DecodeError
+        return None
+    if not _canonical_length(data, _PATH_FRAME + size):
+        return None
+    return Path(envelopes)
+
+
+def session_from_bytes(data: object, max_bytes: int, max_receipts: int) -> tuple[Path, tuple[Envelope, ...]] | None:
+    """The agent path and the receipts of session evidence ``data`` holds (at most ``max_bytes``, 1 to
+    ``max_receipts`` receipts), as :func:`path_from_bytes` proves them; None when the reference parser
+    must decide. Never raises."""
+    data = _as_bytes(data)
+    if data is None or len(data) > max_bytes:
+        return None
+    try:
+        value = _DECODE_SESSION(data)
+        if not 1 <= len(value.receipts) <= max_receipts:
+            return None
+        agent, agent_size = _envelopes(value.agent.envelopes, None)
+        receipts, receipts_size = _receipts(value.receipts)
+    except (msgspec.DecodeError, ValueError, _Unproven):
+        return None
+    if not _canonical_length(data, _SESSION_FRAME + _PATH_FRAME + agent_size + receipts_size):
+        return None
+    return Path(agent), receipts
+
+
+def _as_bytes(data: object) -> bytes | None:
+    """Binary input as bytes; None for anything else (a ``str`` is the reference parser's to read)."""
+    if type(data) is bytes:
+        return data
+    return bytes(data) if isinstance(data, bytearray | memoryview) else None
+
+
+def _canonical_length(data: bytes, canonical: int) -> bool:
+    """Whether ``data`` without its whitespace is ``canonical`` bytes long (canonical input has none)."""
+    return len(data) == canonical or len(data.translate(None, _WHITESPACE)) == canonical
+
+
+def _envelopes(items: list[_Envelope], known: KnownEnvelopes | None) -> tuple[tuple[Envelope, ...], int]:
+    """The envelopes, and the length of their canonical bytes joined by commas. Raises _Unproven."""
+    envelopes = []
+    size = len(items) - 1  # the commas
+    for item in items:
+        struct = item.record
+        record_bytes = _ENCODE(struct)
+        sig = item.sig
+        key_id = item.key_id
+        size += _ENVELOPE_FRAME + len(key_id) + len(record_bytes) + (4 if sig is None else len(sig) + 2)
+        if known is not None and sig is not None:
+            # Equal canonical bytes are equal values: the known envelope passed every check of these.
+            held = known(sig)
+            if held is not None and held.key_id == key_id and held.record_bytes() == record_bytes:
+                envelopes.append(held)
+                continue
+        record = _record(struct)
+        _check_signature(record, key_id, sig)
+        envelopes.append(new_envelope(record, key_id, sig, record_bytes))
+    return tuple(envelopes), size
+
+
+# The members a session's receipts share with its first receipt, as a signer issues them.
+_SHARED: Final = operator.attrgetter(
+    "agent", "construction", "cosigs", "deployer", "depth", "event", "key_id", "max_children", "parent", "policy"
+)
+
+
+def _receipts(items: list[_Envelope]) -> tuple[tuple[Envelope, ...], int]:
+    """:func:`_envelopes` for a session's receipts: a receipt whose shared members equal the first
+    receipt's (struct equality: the same JSON values) has only its own members checked, and shares
+    the first record's objects for the others."""
+    first = items[0]
+    base = _record(first.record)
+    shared = _SHARED(first.record)
+    base_output = base.output
+    session = None if base_output is None else base_output.session
+    envelopes = []
+    size = len(items) - 1
+    for item in items:
+        struct = item.record
+        record_bytes = _ENCODE(struct)
+        sig = item.sig
+        key_id = item.key_id
+        size += _ENVELOPE_FRAME + len(key_id) + len(record_bytes) + (4 if sig is None else len(sig) + 2)
+        if _SHARED(struct) != shared:
+            record = _record(struct)
+        else:
+            created, expires, nonce = struct.created_ms, struct.expires_ms, struct.nonce
+            if expires <= created or _NONCE(nonce) is None:
+                raise _Unproven
+            output = None if struct.output is None else _output(struct.output, session)
+            record = new_record(
+                base.construction, base.deployer, base.key_id, base.agent, created, expires, base.parent, base.depth,
+                nonce, base.max_children, base.event, base.policy, output, base.cosigs,
+            )  # fmt: skip
+        _check_signature(record, key_id, sig)
+        envelopes.append(new_envelope(record, key_id, sig, record_bytes))
+    return tuple(envelopes), size
+
+
+def _check_signature(record: NodeRecord, key_id: str, sig: str | None) -> None:
+    """The envelope's own rules: its key_id is the record's, its signature is there exactly when the
+    construction signs (spec 4.5, step 4.4). Raises _Unproven."""
+    if key_id != record.key_id:
+        raise _Unproven
+    if record.construction.signed:
+        if sig is None or _SIGNATURE(sig) is None:
+            raise _Unproven
+    elif sig is not None:
+        raise _Unproven
+
+
+def _record(struct: _Record) -> NodeRecord:
+    """The record of a decoded struct, once the rules no type says hold (spec 4.3, 4.4). Raises _Unproven."""
+    created, expires = struct.created_ms, struct.expires_ms
+    construction, deployer, key_id, parent = struct.construction, struct.deployer, struct.key_id, struct.parent
+    agent = struct.agent
+    if (
+        expires <= created
+        or _DEPLOYER(deployer) is None
+        or _KEY_ID(key_id) is None
+        or _NONCE(struct.nonce) is None
+        or (parent is not None and _DIGEST(parent) is None)
+        or _IDENTIFIER(agent.instance) is None
+        or _IDENTIFIER(agent.system) is None
+    ):
+        raise _Unproven
+    cosigs = _cosignatures(struct.cosigs, construction) if struct.cosigs else ()
+    output = None if struct.output is None else _output(struct.output, None)
+    return new_record(
+        construction, deployer, key_id, AgentRef(agent.instance, agent.system), created, expires, parent,
+        struct.depth, struct.nonce, struct.max_children, struct.event, _policy(struct.policy), output, cosigs,
+    )  # fmt: skip
+
+
+def _cosignatures(items: list[_CoSignature], construction: Construction) -> tuple[CoSignature, ...]:
+    if len(items) != 2 or not construction.cosigns_edges:
+        raise _Unproven
+    parent, child = items
+    if parent.role is not _PARENT or child.role is not _CHILD:
+        raise _Unproven
+    for item in items:
+        if _DEPLOYER(item.deployer) is None or _KEY_ID(item.key_id) is None or _SIGNATURE(item.sig) is None:
+            raise _Unproven
+    return (
+        CoSignature(_PARENT, parent.deployer, parent.key_id, parent.sig),
+        CoSignature(_CHILD, child.deployer, child.key_id, child.sig),
+    )
+
+
+def _policy(struct: _Policy) -> Policy:
+    allowed, max_depth = struct.allowed_children, struct.max_depth
+    if allowed is None:
+        return _NO_POLICY if max_depth is None else Policy(None, max_depth)
+    for deployer in allowed:
+        if _DEPLOYER(deployer) is None:
+            raise _Unproven
+    if len(set(allowed)) != len(allowed):
+        raise _Unproven
+    return Policy(tuple(allowed), max_depth)
+
+
+def _output(struct: _Output, session: str | None) -> OutputReceipt:
+    """The output section; ``session`` is an identifier already checked (a session's first receipt's),
+    so that an equal one is not matched again. Raises _Unproven."""
+    seq, prev, sha256, scope = struct.seq, struct.prev, struct.sha256, struct.binding_scope
+    if (
+        (seq == 0) != (prev is None)
+        or _DIGEST(sha256) is None
+        or (prev is not None and _DIGEST(prev) is None)
+        or (struct.session != session and _IDENTIFIER(struct.session) is None)
+    ):
+        raise _Unproven
+    chunk = close = None
+    stream = struct.stream
+    if stream is not msgspec.UNSET:
+        if scope is not _PER_N_TOKENS or stream.units > stream.n:
+            raise _Unproven
+        chunk = StreamChunk(stream.unit, stream.n, stream.units)
+    if struct.close is not msgspec.UNSET:
+        count, last = struct.close.count, struct.close.last
+        # last equals prev, so it matched the digest pattern or is null with it
+        if chunk is not None or scope is not _PER_SESSION or count != seq or last != prev:
+            raise _Unproven
+        if sha256 != EMPTY_OUTPUT_SHA256:
+            raise _Unproven
+        close = SessionClose(count, last)
+    return new_output(sha256, scope, struct.session, seq, prev, chunk, close)
