@@ -467,17 +467,21 @@ class NodeRecord:
         return canonicalize_validated(self.to_json()) if composed is None else composed
 
     def _composed(self) -> bytes | None:
-        agent, output, policy, parent = self.agent, self.output, self.policy, self.parent
+        # Enum text by ``_value_``: the ``value`` property costs twice as much, and a plain str in an
+        # enum field (a wrong type) still raises AttributeError, so the encoder decides for it.
+        agent, output, policy, parent, cosigs = self.agent, self.output, self.policy, self.parent, self.cosigs
         texts = [self.deployer, self.key_id, self.nonce, agent.instance, agent.system]
         integers = [self.created_ms, self.expires_ms, self.depth, self.max_children, self.v]
-        cosigs = ",".join(
-            [
-                f'{{"deployer":"{c.deployer}","key_id":"{c.key_id}","role":"{c.role.value}","sig":"{c.sig}"}}'
-                for c in self.cosigs
-            ]
-        )
-        for c in self.cosigs:
-            texts += (c.deployer, c.key_id, c.sig)
+        cosig_text = ""
+        if cosigs:
+            cosig_text = ",".join(
+                [
+                    f'{{"deployer":"{c.deployer}","key_id":"{c.key_id}","role":"{c.role._value_}","sig":"{c.sig}"}}'
+                    for c in cosigs
+                ]
+            )
+            for c in cosigs:
+                texts += (c.deployer, c.key_id, c.sig)
         if parent is not None:
             texts.append(parent)
         children = policy.allowed_children
@@ -487,12 +491,12 @@ class NodeRecord:
         if max_depth is not None:
             integers.append(max_depth)
         output_text = "null" if output is None else _output_text(output, texts, integers)
-        if _ENCODES_AS_ITSELF.fullmatch("".join(texts)) is None or any(type(i) is not int for i in integers):
+        if set(map(type, integers)) != _INT_ONLY or _ENCODES_AS_ITSELF.fullmatch("".join(texts)) is None:
             return None
         return (
             f'{{"agent":{{"instance":"{agent.instance}","system":"{agent.system}"}},'
-            f'"construction":"{self.construction.value}","cosigs":[{cosigs}],"created_ms":{self.created_ms},'
-            f'"deployer":"{self.deployer}","depth":{self.depth},"event":"{self.event.value}",'
+            f'"construction":"{self.construction._value_}","cosigs":[{cosig_text}],"created_ms":{self.created_ms},'
+            f'"deployer":"{self.deployer}","depth":{self.depth},"event":"{self.event._value_}",'
             f'"expires_ms":{self.expires_ms},"key_id":"{self.key_id}","max_children":{self.max_children},'
             f'"nonce":"{self.nonce}","output":{output_text},"parent":{_quoted(parent)},'
             f'"policy":{{"allowed_children":{_quoted_list(children)},"max_depth":{_number(max_depth)}}},'
@@ -500,6 +504,7 @@ class NodeRecord:
         ).encode("ascii")
 
 
+_INT_ONLY: Final = {int}
 _ENCODES_AS_ITSELF: Final = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 """Text a JSON string holds as itself: printable ASCII but ``"`` and ``\\``."""
 
@@ -533,9 +538,9 @@ def _output_text(output: OutputReceipt, texts: list[str], integers: list[int]) -
     if output.stream is not None:
         chunk = output.stream
         integers += (chunk.n, chunk.units)
-        stream = f',"stream":{{"n":{chunk.n},"unit":"{chunk.unit.value}","units":{chunk.units}}}'
+        stream = f',"stream":{{"n":{chunk.n},"unit":"{chunk.unit._value_}","units":{chunk.units}}}'
     return (
-        f'{{"binding_scope":"{output.binding_scope.value}"{close},"prev":{_quoted(output.prev)},'
+        f'{{"binding_scope":"{output.binding_scope._value_}"{close},"prev":{_quoted(output.prev)},'
         f'"seq":{output.seq},"session":"{output.session}","sha256":"{output.sha256}"{stream}}}'
     )
 
