@@ -28,6 +28,8 @@ therefore the reference's by construction, and an accepted value is the one the 
 from __future__ import annotations
 
 import operator
+import re
+from collections.abc import Callable
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -78,11 +80,6 @@ _StreamCount = Annotated[int, msgspec.Meta(ge=1, le=MAX_STREAM_N)]
 # ``gc=False``: they hold no cycles, and the collector need not track the thousands a session makes.
 
 
-class _Agent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    instance: str
-    system: str
-
-
 class _Policy(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     allowed_children: Annotated[list[str], msgspec.Meta(max_length=MAX_ALLOWED_CHILDREN)] | None
     max_depth: _Depth | None
@@ -108,6 +105,11 @@ class _Output(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True
     session: str
     sha256: str
     stream: _Stream | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Agent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    instance: str
+    system: str
 
 
 class _CoSignature(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -163,19 +165,60 @@ _ENVELOPE_FRAME: Final = 30
 _PATH_FRAME: Final = len(b'{"envelopes":[') + len(b'],"v":1}')
 _SESSION_FRAME: Final = len(b'{"agent":') + len(b',"receipts":[') + len(b'],"v":1}')
 
-_DEPLOYER: Final = DEPLOYER_ID_PATTERN.fullmatch
-_KEY_ID: Final = KEY_ID_PATTERN.fullmatch
-_DIGEST: Final = DIGEST_PATTERN.fullmatch
-_NONCE: Final = NONCE_PATTERN.fullmatch
-_IDENTIFIER: Final = IDENTIFIER_PATTERN.fullmatch
-_SIGNATURE: Final = SIGNATURE_PATTERN.fullmatch
+
+def _each(pattern: re.Pattern[str]) -> Callable[[str], object]:
+    """Matches strings joined by newlines, each against ``pattern`` (none of whose strings holds one)."""
+    return re.compile(f"(?:{pattern.pattern})(?:\n(?:{pattern.pattern}))*").fullmatch
+
+
+_DEPLOYERS: Final = _each(DEPLOYER_ID_PATTERN)
+_KEY_IDS: Final = _each(KEY_ID_PATTERN)
+_DIGESTS: Final = _each(DIGEST_PATTERN)
+_NONCES: Final = _each(NONCE_PATTERN)
+_IDENTIFIERS: Final = _each(IDENTIFIER_PATTERN)
+_SIGNATURES: Final = _each(SIGNATURE_PATTERN)
 _NO_POLICY: Final = Policy()
 _PARENT, _CHILD = CoSignerRole.PARENT, CoSignerRole.CHILD
+# Identity tests, not the Construction properties: a property call costs more than the test.
+_NO_CHAIN, _HASH_ONLY, _SIGNED_DAG = Construction.NO_CHAIN, Construction.HASH_ONLY, Construction.SIGNED_DAG
 _PER_N_TOKENS, _PER_SESSION = BindingScope.PER_N_TOKENS, BindingScope.PER_SESSION
 
 
 class _Unproven(Exception):
     """A rule this module checks does not hold: the reference parser decides."""
+
+
+class _Strings:
+    """The strings of one parse, by the pattern they must match, checked together at the end: one
+    regular expression per pattern over them joined by newlines (no pattern matches a newline, and the
+    count of newlines proves no string holds one) costs far less than one call per string."""
+
+    __slots__ = ("deployers", "digests", "identifiers", "key_ids", "nonces", "signatures")
+
+    def __init__(self) -> None:
+        self.deployers: list[str] = []
+        self.key_ids: list[str] = []
+        self.digests: list[str] = []
+        self.nonces: list[str] = []
+        self.identifiers: list[str] = []
+        self.signatures: list[str] = []
+
+    def check(self) -> None:
+        """Raises _Unproven unless every string matches its pattern."""
+        for strings, each, repeated in (
+            (self.deployers, _DEPLOYERS, True),
+            (self.key_ids, _KEY_IDS, True),
+            (self.identifiers, _IDENTIFIERS, True),
+            (self.digests, _DIGESTS, False),
+            (self.nonces, _NONCES, False),
+            (self.signatures, _SIGNATURES, False),
+        ):
+            if not strings:
+                continue
+            unique = set(strings) if repeated else strings  # a path names a few deployers and keys many times
+            text = "\n".join(unique)
+            if text.count("\n") != len(unique) - 1 or each(text) is None:
+                raise _Unproven
 
 
 def path_from_bytes(data: object, known: KnownEnvelopes | None = None) -> Path | None:
@@ -186,9 +229,11 @@ def path_from_bytes(data: object, known: KnownEnvelopes | None = None) -> Path |
     data = _as_bytes(data)
     if data is None or len(data) > MAX_INPUT_BYTES:
         return None
+    strings = _Strings()
     try:
         value = _DECODE_PATH(data)
-        envelopes, size = _envelopes(value.envelopes, known)
+        envelopes, size = _envelopes(value.envelopes, known, strings)
+        strings.check()
     except (msgspec.DecodeError, ValueError, _Unproven):  # ValidationError is a DecodeError
         return None
     if not _canonical_length(data, _PATH_FRAME + size):
@@ -203,12 +248,14 @@ def session_from_bytes(data: object, max_bytes: int, max_receipts: int) -> tuple
     data = _as_bytes(data)
     if data is None or len(data) > max_bytes:
         return None
+    strings = _Strings()
     try:
         value = _DECODE_SESSION(data)
         if not 1 <= len(value.receipts) <= max_receipts:
             return None
-        agent, agent_size = _envelopes(value.agent.envelopes, None)
-        receipts, receipts_size = _receipts(value.receipts)
+        agent, agent_size = _envelopes(value.agent.envelopes, None, strings)
+        receipts, receipts_size = _receipts(value.receipts, strings)
+        strings.check()
     except (msgspec.DecodeError, ValueError, _Unproven):
         return None
     if not _canonical_length(data, _SESSION_FRAME + _PATH_FRAME + agent_size + receipts_size):
@@ -228,7 +275,9 @@ def _canonical_length(data: bytes, canonical: int) -> bool:
     return len(data) == canonical or len(data.translate(None, _WHITESPACE)) == canonical
 
 
-def _envelopes(items: list[_Envelope], known: KnownEnvelopes | None) -> tuple[tuple[Envelope, ...], int]:
+def _envelopes(
+    items: list[_Envelope], known: KnownEnvelopes | None, strings: _Strings
+) -> tuple[tuple[Envelope, ...], int]:
     """The envelopes, and the length of their canonical bytes joined by commas. Raises _Unproven."""
     envelopes = []
     size = len(items) - 1  # the commas
@@ -244,8 +293,8 @@ def _envelopes(items: list[_Envelope], known: KnownEnvelopes | None) -> tuple[tu
             if held is not None and held.key_id == key_id and held.record_bytes() == record_bytes:
                 envelopes.append(held)
                 continue
-        record = _record(struct)
-        _check_signature(record, key_id, sig)
+        record = _record(struct, strings)
+        _envelope_rules(record, key_id, sig, strings)
         envelopes.append(new_envelope(record, key_id, sig, record_bytes))
     return tuple(envelopes), size
 
@@ -256,15 +305,14 @@ _SHARED: Final = operator.attrgetter(
 )
 
 
-def _receipts(items: list[_Envelope]) -> tuple[tuple[Envelope, ...], int]:
+def _receipts(items: list[_Envelope], strings: _Strings) -> tuple[tuple[Envelope, ...], int]:
     """:func:`_envelopes` for a session's receipts: a receipt whose shared members equal the first
-    receipt's (struct equality: the same JSON values) has only its own members checked, and shares
-    the first record's objects for the others."""
+    receipt's (the same JSON values) has only its own members checked, and shares the first record's
+    objects for the others."""
     first = items[0]
-    base = _record(first.record)
+    base = _record(first.record, strings)
     shared = _SHARED(first.record)
-    base_output = base.output
-    session = None if base_output is None else base_output.session
+    session = None if base.output is None else base.output.session
     envelopes = []
     size = len(items) - 1
     for item in items:
@@ -274,94 +322,99 @@ def _receipts(items: list[_Envelope]) -> tuple[tuple[Envelope, ...], int]:
         key_id = item.key_id
         size += _ENVELOPE_FRAME + len(key_id) + len(record_bytes) + (4 if sig is None else len(sig) + 2)
         if _SHARED(struct) != shared:
-            record = _record(struct)
+            record = _record(struct, strings)
         else:
             created, expires, nonce = struct.created_ms, struct.expires_ms, struct.nonce
-            if expires <= created or _NONCE(nonce) is None:
+            if expires <= created:
                 raise _Unproven
-            output = None if struct.output is None else _output(struct.output, session)
+            strings.nonces.append(nonce)
+            output = None if struct.output is None else _output(struct.output, session, strings)
             record = new_record(
                 base.construction, base.deployer, base.key_id, base.agent, created, expires, base.parent, base.depth,
                 nonce, base.max_children, base.event, base.policy, output, base.cosigs,
             )  # fmt: skip
-        _check_signature(record, key_id, sig)
+        _envelope_rules(record, key_id, sig, strings)
         envelopes.append(new_envelope(record, key_id, sig, record_bytes))
     return tuple(envelopes), size
 
 
-def _check_signature(record: NodeRecord, key_id: str, sig: str | None) -> None:
+def _envelope_rules(record: NodeRecord, key_id: str, sig: str | None, strings: _Strings) -> None:
     """The envelope's own rules: its key_id is the record's, its signature is there exactly when the
     construction signs (spec 4.5, step 4.4). Raises _Unproven."""
     if key_id != record.key_id:
         raise _Unproven
-    if record.construction.signed:
-        if sig is None or _SIGNATURE(sig) is None:
+    construction = record.construction
+    if construction is _NO_CHAIN or construction is _HASH_ONLY:
+        if sig is not None:
             raise _Unproven
-    elif sig is not None:
+    elif sig is None:
         raise _Unproven
+    else:
+        strings.signatures.append(sig)
 
 
-def _record(struct: _Record) -> NodeRecord:
-    """The record of a decoded struct, once the rules no type says hold (spec 4.3, 4.4). Raises _Unproven."""
+def _record(struct: _Record, strings: _Strings) -> NodeRecord:
+    """The record of a decoded struct, once the rules no type says hold (spec 4.3, 4.4); its strings
+    are left in ``strings`` to match. Raises _Unproven."""
     created, expires = struct.created_ms, struct.expires_ms
-    construction, deployer, key_id, parent = struct.construction, struct.deployer, struct.key_id, struct.parent
-    agent = struct.agent
-    if (
-        expires <= created
-        or _DEPLOYER(deployer) is None
-        or _KEY_ID(key_id) is None
-        or _NONCE(struct.nonce) is None
-        or (parent is not None and _DIGEST(parent) is None)
-        or _IDENTIFIER(agent.instance) is None
-        or _IDENTIFIER(agent.system) is None
-    ):
+    if expires <= created:
         raise _Unproven
-    cosigs = _cosignatures(struct.cosigs, construction) if struct.cosigs else ()
-    output = None if struct.output is None else _output(struct.output, None)
+    construction, deployer, key_id, parent, agent = (
+        struct.construction, struct.deployer, struct.key_id, struct.parent, struct.agent
+    )  # fmt: skip
+    instance, system = agent.instance, agent.system
+    strings.deployers.append(deployer)
+    strings.key_ids.append(key_id)
+    strings.nonces.append(struct.nonce)
+    strings.identifiers += (instance, system)
+    if parent is not None:
+        strings.digests.append(parent)
+    cosigs: tuple[CoSignature, ...] = ()
+    if struct.cosigs:
+        cosigs = _cosignatures(struct.cosigs, construction, strings)
+    output = None if struct.output is None else _output(struct.output, None, strings)
     return new_record(
-        construction, deployer, key_id, AgentRef(agent.instance, agent.system), created, expires, parent,
-        struct.depth, struct.nonce, struct.max_children, struct.event, _policy(struct.policy), output, cosigs,
+        construction, deployer, key_id, AgentRef(instance, system), created, expires, parent, struct.depth,
+        struct.nonce, struct.max_children, struct.event, _policy(struct.policy, strings), output, cosigs,
     )  # fmt: skip
 
 
-def _cosignatures(items: list[_CoSignature], construction: Construction) -> tuple[CoSignature, ...]:
-    if len(items) != 2 or not construction.cosigns_edges:
+def _cosignatures(items: list[_CoSignature], construction: Construction, strings: _Strings) -> tuple[CoSignature, ...]:
+    if len(items) != 2 or construction is not _SIGNED_DAG:
         raise _Unproven
     parent, child = items
     if parent.role is not _PARENT or child.role is not _CHILD:
         raise _Unproven
-    for item in items:
-        if _DEPLOYER(item.deployer) is None or _KEY_ID(item.key_id) is None or _SIGNATURE(item.sig) is None:
-            raise _Unproven
+    strings.deployers += (parent.deployer, child.deployer)
+    strings.key_ids += (parent.key_id, child.key_id)
+    strings.signatures += (parent.sig, child.sig)
     return (
         CoSignature(_PARENT, parent.deployer, parent.key_id, parent.sig),
         CoSignature(_CHILD, child.deployer, child.key_id, child.sig),
     )
 
 
-def _policy(struct: _Policy) -> Policy:
+def _policy(struct: _Policy, strings: _Strings) -> Policy:
     allowed, max_depth = struct.allowed_children, struct.max_depth
     if allowed is None:
         return _NO_POLICY if max_depth is None else Policy(None, max_depth)
-    for deployer in allowed:
-        if _DEPLOYER(deployer) is None:
-            raise _Unproven
     if len(set(allowed)) != len(allowed):
         raise _Unproven
+    strings.deployers += allowed
     return Policy(tuple(allowed), max_depth)
 
 
-def _output(struct: _Output, session: str | None) -> OutputReceipt:
+def _output(struct: _Output, session: str | None, strings: _Strings) -> OutputReceipt:
     """The output section; ``session`` is an identifier already checked (a session's first receipt's),
     so that an equal one is not matched again. Raises _Unproven."""
     seq, prev, sha256, scope = struct.seq, struct.prev, struct.sha256, struct.binding_scope
-    if (
-        (seq == 0) != (prev is None)
-        or _DIGEST(sha256) is None
-        or (prev is not None and _DIGEST(prev) is None)
-        or (struct.session != session and _IDENTIFIER(struct.session) is None)
-    ):
+    if (seq == 0) != (prev is None):
         raise _Unproven
+    strings.digests.append(sha256)
+    if prev is not None:
+        strings.digests.append(prev)
+    if struct.session != session:
+        strings.identifiers.append(struct.session)
     chunk = close = None
     stream = struct.stream
     if stream is not msgspec.UNSET:
@@ -370,7 +423,7 @@ def _output(struct: _Output, session: str | None) -> OutputReceipt:
         chunk = StreamChunk(stream.unit, stream.n, stream.units)
     if struct.close is not msgspec.UNSET:
         count, last = struct.close.count, struct.close.last
-        # last equals prev, so it matched the digest pattern or is null with it
+        # last equals prev, so it is a digest left to match, or null with it
         if chunk is not None or scope is not _PER_SESSION or count != seq or last != prev:
             raise _Unproven
         if sha256 != EMPTY_OUTPUT_SHA256:

@@ -263,3 +263,21 @@ def damaged(draw: st.DrawFn, data: bytes) -> bytes:
         else:
             del out[at]
     return bytes(out)
+
+
+def near_misses(value: Any) -> list[bytes]:
+    """JSON text of ``value`` with one string changed to a near miss of itself (one character more,
+    one fewer, upper case, a second copy after a newline), for every string of the document in turn:
+    each pattern of spec 2.4 and every rule that compares strings meets its own kind of miss."""
+    texts = []
+    tree = as_tree(value)
+    for container, position in _places(tree):
+        current = _get(container, position)
+        if not isinstance(current, str):
+            continue
+        for miss in (current + current[-1:], current[:-1], current.upper(), f"{current}\n{current}"):
+            if miss != current:
+                _put(container, position, miss)
+                texts.append(write_json(tree))
+        _put(container, position, current)
+    return texts

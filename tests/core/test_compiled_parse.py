@@ -30,7 +30,18 @@ from countersign.samples import SampleMesh
 from countersign.sessions import MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS, SessionEvidence
 from countersign.state import InMemoryState
 
-from .strategies import MESH, NOW_MS, STYLES, as_tree, damaged, mutated, mutation_corpus, valid_paths, write_json
+from .strategies import (
+    MESH,
+    NOW_MS,
+    STYLES,
+    as_tree,
+    damaged,
+    mutated,
+    mutation_corpus,
+    near_misses,
+    valid_paths,
+    write_json,
+)
 from .test_vectors import _verify as vector_verdict
 
 pytestmark = pytest.mark.offline
@@ -124,13 +135,15 @@ def test_canonical_lengths_are_those_of_the_composed_bytes() -> None:
     for path in PATHS:
         data = path.to_bytes()
         assert _compiled_parse._canonical_length(data, len(data))
-        _, size = _compiled_parse._envelopes(_compiled_parse._DECODE_PATH(data).envelopes, None)
+        _, size = _compiled_parse._envelopes(
+            _compiled_parse._DECODE_PATH(data).envelopes, None, _compiled_parse._Strings()
+        )
         assert _compiled_parse._PATH_FRAME + size == len(data)
     for session in SESSIONS:
         data = session.to_bytes()
         value = _compiled_parse._DECODE_SESSION(data)
-        _, agent_size = _compiled_parse._envelopes(value.agent.envelopes, None)
-        _, receipts_size = _compiled_parse._receipts(value.receipts)
+        _, agent_size = _compiled_parse._envelopes(value.agent.envelopes, None, _compiled_parse._Strings())
+        _, receipts_size = _compiled_parse._receipts(value.receipts, _compiled_parse._Strings())
         assert _compiled_parse._SESSION_FRAME + _compiled_parse._PATH_FRAME + agent_size + receipts_size == len(data)
 
 
@@ -238,6 +251,9 @@ def _public(kind: str) -> Callable[[bytes], Any]:
 
 CORPUS_PATHS = mutation_corpus([path.to_json() for path in PATHS], 1_500, seed=32)
 CORPUS_SESSIONS = mutation_corpus([session.to_json() for session in SESSIONS], 600, seed=33)
+# Every string of a co-signed path and of a session with streams, one at a time, as a near miss.
+CORPUS_PATHS += [(text, False) for text in near_misses(PATHS[-1].to_json())]
+CORPUS_SESSIONS += [(text, False) for text in near_misses(SESSIONS[-1].to_json())]
 PATH_VECTORS = sorted((VECTORS / "valid").glob("*.json")) + sorted((VECTORS / "invalid").glob("*.json"))
 
 
@@ -245,14 +261,25 @@ def _anything(_: str) -> object:
     return True
 
 
+def _lenient_check(strings: object) -> None:
+    """``_Strings.check`` without its count of newlines: a string holding one could pass as two."""
+    for name, each in (("deployers", "_DEPLOYERS"), ("key_ids", "_KEY_IDS"), ("identifiers", "_IDENTIFIERS"),
+                       ("digests", "_DIGESTS"), ("nonces", "_NONCES"), ("signatures", "_SIGNATURES")):  # fmt: skip
+        values = getattr(strings, name)
+        if values and getattr(_compiled_parse, each)("\n".join(values)) is None:
+            raise _compiled_parse._Unproven
+
+
 MUTANTS: dict[str, tuple[object, str, Any]] = {
     # the compiled decoder without one of its rules
     "compiled: no length check (repeated keys)": (_compiled_parse, "_canonical_length", lambda data, size: True),
-    "compiled: no nonce pattern": (_compiled_parse, "_NONCE", _anything),
-    "compiled: no digest pattern": (_compiled_parse, "_DIGEST", _anything),
-    "compiled: no identifier pattern": (_compiled_parse, "_IDENTIFIER", _anything),
-    "compiled: no signature pattern": (_compiled_parse, "_SIGNATURE", _anything),
-    "compiled: no deployer pattern": (_compiled_parse, "_DEPLOYER", _anything),
+    "compiled: no nonce pattern": (_compiled_parse, "_NONCES", _anything),
+    "compiled: no digest pattern": (_compiled_parse, "_DIGESTS", _anything),
+    "compiled: no identifier pattern": (_compiled_parse, "_IDENTIFIERS", _anything),
+    "compiled: no signature pattern": (_compiled_parse, "_SIGNATURES", _anything),
+    "compiled: no deployer pattern": (_compiled_parse, "_DEPLOYERS", _anything),
+    "compiled: no key_id pattern": (_compiled_parse, "_KEY_IDS", _anything),
+    "compiled: a newline may split a string": (_compiled_parse._Strings, "check", _lenient_check),
     "compiled: every receipt taken as the first": (_compiled_parse, "_SHARED", lambda struct: ()),
     # the reference parser with one rule dropped, or made stricter than the spec
     "reference: any nonce": (records, "NONCE_PATTERN", re.compile(r".*", re.DOTALL)),
