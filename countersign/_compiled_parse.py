@@ -64,6 +64,7 @@ from countersign.records import (
     SessionClose,
     StreamChunk,
     StreamUnit,
+    new_cosignature,
     new_envelope,
     new_output,
     new_record,
@@ -389,8 +390,8 @@ def _cosignatures(items: list[_CoSignature], construction: Construction, strings
     strings.key_ids += (parent.key_id, child.key_id)
     strings.signatures += (parent.sig, child.sig)
     return (
-        CoSignature(_PARENT, parent.deployer, parent.key_id, parent.sig),
-        CoSignature(_CHILD, child.deployer, child.key_id, child.sig),
+        new_cosignature(_PARENT, parent.deployer, parent.key_id, parent.sig),
+        new_cosignature(_CHILD, child.deployer, child.key_id, child.sig),
     )
 
 

@@ -607,6 +607,16 @@ def new_output(
     return output
 
 
+def new_cosignature(role: CoSignerRole, deployer: str, key_id: str, sig: str) -> CoSignature:
+    """``CoSignature(...)`` without the generated ``__init__`` (see :func:`new_record`)."""
+    cosig = _NEW(CoSignature)
+    _SET_ROLE(cosig, role)
+    _SET_COSIGNER(cosig, deployer)
+    _SET_COSIGNER_KEY(cosig, key_id)
+    _SET_COSIG(cosig, sig)
+    return cosig
+
+
 def _setter(cls: type, name: str) -> Callable[[object, object], None]:
     """The slot's own setter: writes a frozen dataclass's field without its ``__setattr__``."""
     setter: Callable[[object, object], None] = getattr(cls, name).__set__
@@ -619,6 +629,9 @@ _SET_CONSTRUCTION, _SET_DEPLOYER, _SET_KEY_ID, _SET_AGENT, _SET_CREATED, _SET_EX
 )
 _SET_DEPTH, _SET_NONCE, _SET_MAX_CHILDREN, _SET_EVENT, _SET_POLICY, _SET_OUTPUT, _SET_COSIGS, _SET_V = (
     _setter(NodeRecord, name) for name in ("depth", "nonce", "max_children", "event", "policy", "output", "cosigs", "v")
+)
+_SET_ROLE, _SET_COSIGNER, _SET_COSIGNER_KEY, _SET_COSIG = (
+    _setter(CoSignature, name) for name in ("role", "deployer", "key_id", "sig")
 )
 _SET_SHA256, _SET_SCOPE, _SET_SESSION, _SET_SEQ, _SET_PREV, _SET_STREAM, _SET_CLOSE = (
     _setter(OutputReceipt, name) for name in ("sha256", "binding_scope", "session", "seq", "prev", "stream", "close")

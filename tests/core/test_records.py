@@ -162,3 +162,27 @@ def test_digest_and_serialisation_reuse_the_encoded_record(monkeypatch: pytest.M
         for envelope in Path.from_bytes(path.to_bytes()).envelopes:
             envelope.digest()
         assert encoded == []
+
+
+@given(valid_paths())
+def test_the_fast_constructors_make_what_the_classes_make(case: tuple) -> None:
+    """new_record, new_output, new_cosignature and new_envelope skip the generated ``__init__``: every
+    slot is set, and the result equals (and hashes as) the object the class builds from the same values."""
+    path, _ = case
+    for envelope in path.envelopes:
+        record = envelope.record
+        fields = [getattr(record, name) for name in NodeRecord.__slots__ if name != "v"]
+        pairs = [(records.new_record(*fields), NodeRecord(*fields))]  # type: ignore[arg-type]
+        if record.output is not None:
+            values = [getattr(record.output, name) for name in records.OutputReceipt.__slots__]
+            pairs.append((records.new_output(*values), records.OutputReceipt(*values)))
+        for cosig in record.cosigs:
+            pairs.append((records.new_cosignature(cosig.role, cosig.deployer, cosig.key_id, cosig.sig), cosig))
+        fresh = records.new_envelope(record, envelope.key_id, envelope.sig, envelope.record_bytes())
+        pairs.append((fresh, records.Envelope(record, envelope.key_id, envelope.sig)))
+        for made, built in pairs:
+            assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+            slots = type(built).__slots__
+            assert all(hasattr(made, name) for name in slots)  # every slot set, the private caches too
+            assert all(getattr(made, name) == getattr(built, name) for name in slots if not name.startswith("_"))
+        assert fresh.digest() == envelope.digest() and fresh.record_json == envelope.record_json
