@@ -3,14 +3,15 @@
 ``msgspec`` (the ``fast`` extra) decodes the bytes into typed structs that mirror docs/spec.md section 4:
 the member set of every object, each member's JSON type, the integer ranges, the enumerations and the
 list lengths are checked in C as the bytes are read. What a type cannot say is checked here: the
-patterns of section 2.4, ``expires_ms`` after ``created_ms``, ``prev`` null exactly at ``seq`` 0, the
+patterns of section 2.4 (each pattern once per parse, over its strings joined), ``expires_ms`` after
+``created_ms``, ``prev`` null exactly at ``seq`` 0, the
 co-signatures' count and roles, the stream and close rules, the envelope's ``key_id`` and ``sig``. A
 record's canonical bytes are msgspec's encoding of its struct, whose members are declared in sorted
 order: for values that pass the schema (printable ASCII strings without ``"`` or ``\\``, integers in
 ``[0, 2**53 - 1]``) that is RFC 8785 (``tests/core/test_compiled_parse.py`` holds it equal to the
 ``rfc8785`` library and to ``NodeRecord.canonical_bytes``).
 
-Like every fast JSON decoder, msgspec keeps the last of duplicate keys, and it reads ``-0`` as ``0``.
+Like orjson and pydantic-core, msgspec keeps the last of duplicate keys, and it reads ``-0`` as ``0``.
 So a value is accepted here only if the input, its whitespace left out, is exactly as long as the
 canonical bytes of what was decoded. Every member of the input is then a member of the value, written
 canonically: a member of the input that the value does not hold (a duplicate, whose text has at least

@@ -89,12 +89,10 @@ def edge_manifest(parent_digest: str, child_record_bytes: bytes, cosigners: Sequ
     start = child_record_bytes.index(_COSIGS_KEY)
     end = child_record_bytes.index(b"]", start) + 1
     child = child_record_bytes[:start] + _EMPTY_COSIGS + child_record_bytes[end:]
-    signers = b",".join(
-        [
-            b'{"deployer":"%b","key_id":"%b","role":"%b"}' % (c.deployer.encode(), c.key_id.encode(), c.role.encode())
-            for c in cosigners
-        ]
-    )
+    # One text, encoded once: the identifiers and the role are ASCII (ADR 0029's template, for τ).
+    signers = ",".join(
+        [f'{{"deployer":"{c.deployer}","key_id":"{c.key_id}","role":"{c.role}"}}' for c in cosigners]
+    ).encode()
     return b'{"child":' + child + _MANIFEST_MIDDLE + signers + _MANIFEST_TAIL + parent_digest.encode() + b'"}'
 
 
