@@ -35,7 +35,7 @@ from countersign.registry import KeyEntry, Registry
 from countersign_cli.localmesh import ISSUANCE_BREAKDOWN, LocalMesh, histogram_mean
 from signer.daemon import SignerConfig, SignerMetrics, SignerService
 from signer.peers import CoSigningLane, Peers
-from signer.store import SignerStore
+from signer.stores import open_signer_state
 
 WOKEN_IDLE_S = 0.0005
 
@@ -171,7 +171,7 @@ def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: f
         )  # fmt: skip
         follower = _Registry(registry)
         metrics = SignerMetrics(prometheus_client.CollectorRegistry(), follower)  # type: ignore[arg-type]
-        store = SignerStore(f"sqlite:///{work / name}.db")
+        store = open_signer_state(f"sqlite:///{work / name}.db")
         return SignerService(config, keys[name], store, follower, metrics, peers)  # type: ignore[arg-type]
 
     parent = service("deployer-a")
@@ -200,7 +200,7 @@ def in_process_issuance(count: int, directory: FilePath | None = None, idle_s: f
         return percentiles(samples)
     finally:
         for signer in (parent, child):
-            signer._store.close()
+            signer._state.close()
         os.sched_setaffinity(0, previous)
         shutil.rmtree(work, ignore_errors=True)
 

@@ -2,6 +2,12 @@
 
 It holds no private key of anyone. It accepts a statement only if the pinned operator key signed it
 and it extends the chain; it stores the statement durably before anyone can see it.
+
+Several coordinators may serve one log (replicas on a shared ``log_store``, ADR 0033): each accepts
+statements and checkpoints, the store lets one statement take each sequence number and only a newer
+checkpoint replace the stored one, and each replica reads what the others stored every ``refresh_ms``
+(and before every write), verifying it as it verifies a submission. No replica is trusted more than
+another: followers check every statement and checkpoint they are served, whoever serves it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Iterator, Sequence
 import grpc
 import prometheus_client
 
-from coordinator.store import LogConflict, LogStore, open_log_store
+from coordinator.store import LogConflict, LogStore, StoredCheckpoint, open_log_store
 from countersign._daemon.config import parse_operator_key, validate_daemon
 from countersign._daemon.edge import servicer_edge
 from countersign._daemon.limits import LimitsConfig
@@ -48,6 +54,9 @@ class CoordinatorConfig:
     metrics_listen: str = "127.0.0.1:9400"
     log_store: str = "sqlite:///countersign-coordinator.db"
     heartbeat_ms: int = 1_000
+    # How often this replica reads what other replicas appended to the shared log_store (and the
+    # checkpoint they stored), so its watchers see every statement within about this long.
+    refresh_ms: int = 200
     # Each open watch stream holds one handler thread for its lifetime: allow every follower plus
     # room for submissions and log reads.
     max_workers: int = 64
@@ -62,6 +71,8 @@ class CoordinatorConfig:
         validate_daemon("coordinator", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
         if not 50 <= self.heartbeat_ms <= 60_000:
             raise ConfigError("heartbeat_ms must be between 50 and 60000")
+        if not 10 <= self.refresh_ms <= 60_000:
+            raise ConfigError("refresh_ms must be between 10 and 60000")
 
 
 class CoordinatorMetrics:
@@ -84,6 +95,19 @@ class CoordinatorMetrics:
         )  # fmt: skip
 
 
+def _admission_error(exc: AdmissionError) -> ServiceError:
+    status = (
+        grpc.StatusCode.PERMISSION_DENIED
+        if exc.code == "BAD_STATEMENT_SIGNATURE"
+        else grpc.StatusCode.FAILED_PRECONDITION
+    )
+    return ServiceError(exc.code, str(exc), status)
+
+
+def _stored(checkpoint: SignedCheckpoint) -> StoredCheckpoint:
+    return StoredCheckpoint(checkpoint.to_bytes(), checkpoint.checkpoint.sequence, checkpoint.checkpoint.issued_ms)
+
+
 class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(
         self, key: PublicKey, store: LogStore, heartbeat_ms: int, metrics: CoordinatorMetrics, *, require_operator: bool
@@ -98,25 +122,60 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self._writing = threading.Lock()
         self._closing = threading.Event()
         self._log = AdmissionLog(key)
-        try:
-            self._log.extend([SignedStatement.from_bytes(b) for b in store.load()])
-        except (AdmissionError, MalformedError) as exc:
-            raise ConfigError(f"stored registry log does not verify under the operator key: {exc}") from None
         self._checkpoint: SignedCheckpoint | None = None
         self._checkpoint_bytes = b""
-        stored = store.load_checkpoint()
-        if stored is not None:
-            try:
-                checkpoint = SignedCheckpoint.from_bytes(stored)
-                check_served(self._log, checkpoint, None, exact=True)
-            except (CheckpointError, MalformedError) as exc:
-                # Not fatal: followers go stale until the operator's next checkpoint, which is the
-                # fail-closed outcome anyway; refusing to start would also stop the log being served.
-                log.error("stored checkpoint is unusable; waiting for the operator's next", extra={"error": str(exc)})
-            else:
-                self._checkpoint, self._checkpoint_bytes = checkpoint, checkpoint.to_bytes()
-                metrics.checkpoint_expires.set(checkpoint.checkpoint.expires_ms)
+        with self._writing:
+            self._refresh()
         metrics.sequence.set(self._log.head_sequence)
+
+    def refresh(self) -> int:
+        """Take what other replicas stored since this one last looked (statements beyond its head, a
+        newer checkpoint); returns the statements taken. Raises ConfigError when the store holds a
+        statement that does not verify or forks from this replica's log (it is never served)."""
+        with self._writing:
+            return self._refresh()
+
+    def _refresh(self) -> int:
+        """:meth:`refresh`, with ``_writing`` held. The checkpoint is read before the statements, so the
+        statements read reach at least as far as it names."""
+        stored_checkpoint = self._store.load_checkpoint()
+        stored = self._store.load(self._log.head_sequence)
+        added = 0
+        if stored:
+            try:
+                statements = [SignedStatement.from_bytes(b) for b in stored]
+                with self._changed:
+                    added = self._log.extend(statements)
+            except (AdmissionError, MalformedError) as exc:
+                raise ConfigError(f"stored registry log does not verify under the operator key: {exc}") from None
+        if stored_checkpoint is not None and stored_checkpoint != self._checkpoint_bytes:
+            self._take_stored_checkpoint(stored_checkpoint)
+        if added:
+            with self._changed:
+                self._changed.notify_all()
+            self._metrics.sequence.set(self._log.head_sequence)
+            log.info(
+                "statements taken from the shared log", extra={"added": added, "sequence": self._log.head_sequence}
+            )
+        return added
+
+    def _take_stored_checkpoint(self, stored: bytes) -> None:
+        try:
+            checkpoint = SignedCheckpoint.from_bytes(stored)
+            with self._changed:
+                check_served(self._log, checkpoint, self._checkpoint)
+        except CheckpointError as exc:
+            if exc.code != "ROLLBACK":  # an older one: this replica already serves a newer checkpoint
+                # Not fatal: followers go stale until the operator's next checkpoint (the fail-closed
+                # outcome anyway); refusing to serve would also stop the log being served.
+                log.error("stored checkpoint is unusable; waiting for the operator's next", extra={"error": str(exc)})
+            return
+        except MalformedError as exc:
+            log.error("stored checkpoint is unusable; waiting for the operator's next", extra={"error": str(exc)})
+            return
+        with self._changed:
+            self._set_checkpoint(checkpoint, counted=False)
+            self._changed.notify_all()
 
     def close(self) -> None:
         self._closing.set()
@@ -143,30 +202,40 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         except MalformedError as exc:
             self._metrics.submissions.labels("malformed").inc()
             raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
-        with self._writing, self._changed:
+        sequence = signed.statement.sequence
+        with self._writing:
+            self._refresh()  # another replica may have appended since this one last looked
+            if self._holds(signed):  # already in the log (a retry, at this replica or another): accepted
+                self._metrics.submissions.labels("retried").inc()
+                return coordinator_pb2.SubmitResponse(sequence=sequence, head_digest=self._log.head_digest or "")
+            with self._changed:
+                try:
+                    registry = self._log.prepare(signed)
+                    if checkpoint is not None:
+                        # Checked against the log as it will be once the statement is appended.
+                        after = AdmissionLog(self._log.operator_key, [*self._log.entries, signed], registry)
+                        self._check_checkpoint(after, checkpoint)
+                except AdmissionError as exc:
+                    self._metrics.submissions.labels(exc.code.lower()).inc()
+                    raise _admission_error(exc) from None
+            stored = None if checkpoint is None else _stored(checkpoint)
             try:
-                registry = self._log.prepare(signed)
-                if checkpoint is not None:
-                    # Checked against the log as it will be once the statement is appended.
-                    after = AdmissionLog(self._log.operator_key, [*self._log.entries, signed], registry)
-                    self._check_checkpoint(after, checkpoint)
-                stored = None if checkpoint is None else checkpoint.to_bytes()
-                self._store.append(signed.statement.sequence, signed.digest(), signed.to_bytes(), stored)
-            except AdmissionError as exc:
-                self._metrics.submissions.labels(exc.code.lower()).inc()
-                status = (
-                    grpc.StatusCode.PERMISSION_DENIED
-                    if exc.code == "BAD_STATEMENT_SIGNATURE"
-                    else (grpc.StatusCode.FAILED_PRECONDITION)
-                )
-                raise ServiceError(exc.code, str(exc), status) from None
+                self._store.append(sequence, signed.digest(), signed.to_bytes(), stored)
             except LogConflict as exc:
-                raise ServiceError("SEQUENCE_CONFLICT", str(exc), grpc.StatusCode.ABORTED) from None
-            self._log.commit(signed, registry)
-            if checkpoint is not None:
-                self._set_checkpoint(checkpoint)
-            self._changed.notify_all()
-            head, digest = self._log.head_sequence, self._log.head_digest or ""
+                # Another replica took the sequence (or stored a newer checkpoint) first. The very same
+                # statement taken by another replica (an operator's retry there) is accepted as it is.
+                self._refresh()
+                if not self._holds(signed):
+                    self._metrics.submissions.labels("sequence_conflict").inc()
+                    raise ServiceError("SEQUENCE_CONFLICT", str(exc), grpc.StatusCode.ABORTED) from None
+            else:
+                with self._changed:
+                    self._log.commit(signed, registry)
+                    if checkpoint is not None:
+                        self._set_checkpoint(checkpoint)
+                    self._changed.notify_all()
+            with self._changed:
+                head, digest = self._log.head_sequence, self._log.head_digest or ""
         self._metrics.submissions.labels("accepted").inc()
         self._metrics.sequence.set(head)
         log.info(
@@ -175,6 +244,13 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                    "deployer": signed.statement.deployer, "key_id": signed.statement.key_id},
         )  # fmt: skip
         return coordinator_pb2.SubmitResponse(sequence=signed.statement.sequence, head_digest=digest)
+
+    def _holds(self, signed: SignedStatement) -> bool:
+        """Whether the log already holds this very statement at its sequence."""
+        with self._changed:
+            entries = self._log.entries
+            sequence = signed.statement.sequence
+            return sequence < len(entries) and entries[sequence].digest() == signed.digest()
 
     def _check_checkpoint(self, log_after: AdmissionLog, checkpoint: SignedCheckpoint) -> None:
         """Raises AdmissionError with the checkpoint's refusal code (so Submit maps it like a statement's)."""
@@ -186,10 +262,11 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             code = "SEQUENCE_CONFLICT" if exc.code == "ROLLBACK" else exc.code
             raise AdmissionError(code, str(exc)) from None
 
-    def _set_checkpoint(self, checkpoint: SignedCheckpoint) -> None:
+    def _set_checkpoint(self, checkpoint: SignedCheckpoint, *, counted: bool = True) -> None:
         self._checkpoint = checkpoint
         self._checkpoint_bytes = checkpoint.to_bytes()
-        self._metrics.checkpoints.labels("accepted").inc()
+        if counted:  # submitted here (not taken from another replica's write)
+            self._metrics.checkpoints.labels("accepted").inc()
         self._metrics.checkpoint_expires.set(checkpoint.checkpoint.expires_ms)
 
     @servicer_edge
@@ -208,17 +285,18 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             self._metrics.checkpoints.labels("malformed").inc()
             raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
         with self._writing:
+            self._refresh()
             try:
                 with self._changed:
                     self._check_checkpoint(self._log, checkpoint)
-                self._store.store_checkpoint(checkpoint.to_bytes())  # only writers wait on this
             except AdmissionError as exc:
-                status = (
-                    grpc.StatusCode.PERMISSION_DENIED
-                    if exc.code == "BAD_STATEMENT_SIGNATURE"
-                    else grpc.StatusCode.FAILED_PRECONDITION
+                raise _admission_error(exc) from None
+            if not self._store.store_checkpoint(_stored(checkpoint)):  # only writers wait on this
+                self._refresh()  # another replica stored a newer one: serve that
+                self._metrics.checkpoints.labels("sequence_conflict").inc()
+                raise ServiceError(
+                    "SEQUENCE_CONFLICT", "a newer checkpoint is stored", grpc.StatusCode.FAILED_PRECONDITION
                 )
-                raise ServiceError(exc.code, str(exc), status) from None
             with self._changed:
                 self._set_checkpoint(checkpoint)
                 self._changed.notify_all()  # watchers send it at once, in a heartbeat
@@ -295,13 +373,24 @@ class CoordinatorDaemon:
             self.metrics,
             require_operator=not config.tls.insecure_loopback,
         )
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
 
     def register(self, server: grpc.Server) -> Sequence[str]:
         coordinator_pb2_grpc.add_CoordinatorServicer_to_server(self.service, server)
         return [coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name]
 
     def start(self) -> None:
-        return None
+        self._refresher = threading.Thread(target=self._refresh_periodically, name="log-refresher", daemon=True)
+        self._refresher.start()
+
+    def _refresh_periodically(self) -> None:
+        """Read what other replicas appended: every ``refresh_ms``; an unreachable store is retried."""
+        while not self._stop.wait(self.config.refresh_ms / 1000):
+            try:
+                self.service.refresh()
+            except Exception as exc:  # the refresher must survive a store outage; the next round retries
+                log.warning("reading the shared registry log failed", extra={"error": str(exc)})
 
     def stopping(self) -> None:
         """Shutdown has begun: end the watch streams now (followers reconnect), so they do not hold
@@ -309,5 +398,8 @@ class CoordinatorDaemon:
         self.service.close()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join(timeout=5)
         self.service.close()
         self.store.close()

@@ -1,148 +1,94 @@
-"""The registry log in PostgreSQL, so a coordinator can restart on another host without losing statements.
+"""The registry log in PostgreSQL, shared by coordinator replicas (and surviving any one host).
 
-``postgresql://user@host/db?schema=name`` (the schema is created if missing). One table, appended
-inside a transaction; the primary key on ``sequence`` makes a racing second coordinator fail with
-:class:`coordinator.store.LogConflict` rather than fork the log.
-
-The password, when the URL has none, comes from ``COUNTERSIGN_LOG_STORE_PASSWORD`` (then libpq's own
-``PGPASSWORD`` / ``.pgpass``), mirroring the verifier store's ``COUNTERSIGN_STORE_PASSWORD``; it is
-handed to libpq only and never logged or put into an error message.
+URL parameters as every daemon store reads them (:mod:`countersign._daemon.postgres`); the schema
+defaults to ``public`` (where earlier releases kept the tables), the password to
+``COUNTERSIGN_LOG_STORE_PASSWORD``. The primary key on ``sequence`` makes a racing second replica
+fail with :class:`coordinator.store.LogConflict` rather than fork the log, and the checkpoint row is
+replaced only by a checkpoint that is not older (one conditional upsert).
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
-from coordinator.store import LogConflict
+from coordinator.store import LogConflict, StoredCheckpoint, statements_in_order
+from countersign._daemon.postgres import PostgresDatabase, load_migrations, parse_postgres_url
 from countersign.errors import ConfigError, StateUnavailable
 
 PASSWORD_ENV = "COUNTERSIGN_LOG_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
+VERSION_TABLE = "countersign_registry_log_version"
+MIGRATIONS = "coordinator.migrations.postgres"
 
 
 class PostgresLogStore:
-    def __init__(self, url: str, *, connect_timeout_s: int = 5) -> None:
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query))
-        self._schema = query.pop("schema", "public")
-        # libpq decodes %XX only: a space must go back as %20, not as urlencode's default "+".
-        self._url = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(query, quote_via=quote)))
+    def __init__(self, url: str) -> None:
+        settings = parse_postgres_url(
+            url, default_schema="public", password_env=PASSWORD_ENV, application="countersign-coordinator"
+        )
+        self.schema = settings.schema
         try:
-            has_password = "password" in conninfo_to_dict(self._url)
-        except psycopg.ProgrammingError:
-            raise ConfigError("log_store is not a valid PostgreSQL URL") from None
-        # Only when the URL carries none: a password in the URL always wins.
-        self._extra: dict[str, Any] = {}
-        if not has_password and os.environ.get(PASSWORD_ENV):
-            self._extra["password"] = os.environ[PASSWORD_ENV]
-        self._timeout = connect_timeout_s
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        try:
-            conn = self._connection()
-            with conn.transaction():
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {}.registry_log"
-                        " (sequence BIGINT PRIMARY KEY, digest TEXT NOT NULL, statement BYTEA NOT NULL)"
-                    ).format(sql.Identifier(self._schema))
-                )
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {}.registry_checkpoint"
-                        " (only_row INTEGER PRIMARY KEY CHECK (only_row = 1), checkpoint BYTEA NOT NULL)"
-                    ).format(sql.Identifier(self._schema))
-                )
+            self._db = PostgresDatabase(settings, name="coordinator")
         except StateUnavailable as exc:
             raise ConfigError(f"cannot open the registry log in PostgreSQL: {exc}") from None
+        try:
+            self._db.migrate(load_migrations(MIGRATIONS), table=VERSION_TABLE)
+        except StateUnavailable as exc:
+            self._db.close()
+            raise ConfigError(f"cannot open the registry log in PostgreSQL: {exc}") from None
+        except BaseException:
+            self._db.close()
+            raise
+        ident = sql.Identifier(self.schema)
+        self._load_sql = sql.SQL(
+            "SELECT sequence, statement FROM {}.registry_log WHERE sequence >= %s ORDER BY sequence"
+        ).format(ident)
+        self._append_sql = sql.SQL(
+            "INSERT INTO {}.registry_log (sequence, digest, statement) VALUES (%s, %s, %s)"
+        ).format(ident)
+        # One statement: the row is replaced only by a checkpoint that is not older (spec 7.5), and
+        # returns nothing otherwise; a concurrent replica's insert or update is waited for, then judged.
+        self._put_sql = sql.SQL(
+            "INSERT INTO {s}.registry_checkpoint AS held (only_row, checkpoint, sequence, issued_ms)"
+            " VALUES (1, %s, %s, %s) ON CONFLICT (only_row) DO UPDATE SET checkpoint = excluded.checkpoint,"
+            " sequence = excluded.sequence, issued_ms = excluded.issued_ms"
+            " WHERE held.sequence <= excluded.sequence AND held.issued_ms <= excluded.issued_ms RETURNING 1"
+        ).format(s=ident)
+        self._checkpoint_sql = sql.SQL("SELECT checkpoint FROM {}.registry_checkpoint WHERE only_row = 1").format(ident)
 
-    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
-        if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg.connect(self._url, connect_timeout=self._timeout, autocommit=True, **self._extra)
-            except psycopg.Error as exc:
-                raise StateUnavailable(f"PostgreSQL unreachable: {exc}") from None
-        return self._conn
+    def load(self, start: int = 0) -> list[bytes]:
+        with self._db.connection("load") as conn:
+            rows = conn.execute(self._load_sql, (start,)).fetchall()
+        return statements_in_order(start, rows)
 
-    def load(self) -> list[bytes]:
-        with self._lock:
-            try:
-                conn = self._connection()
-                with conn.transaction():
-                    rows = conn.execute(
-                        sql.SQL("SELECT sequence, statement FROM {}.registry_log ORDER BY sequence").format(
-                            sql.Identifier(self._schema)
-                        )
-                    ).fetchall()
-            except psycopg.Error as exc:
-                raise ConfigError(f"cannot read the registry log: {exc}") from None
-        for expected, (sequence, _) in enumerate(rows):
-            if sequence != expected:
-                raise ConfigError(f"registry log has a gap at sequence {expected}")
-        return [bytes(statement) for _, statement in rows]  # type: ignore[call-overload]
+    def append(self, sequence: int, digest: str, statement: bytes, checkpoint: StoredCheckpoint | None = None) -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(self._append_sql, (sequence, digest, statement))
+            if checkpoint is not None and not self._put_checkpoint(conn, checkpoint):
+                raise LogConflict("a newer checkpoint is stored")
 
-    def append(self, sequence: int, digest: str, statement: bytes, checkpoint: bytes | None = None) -> None:
-        with self._lock:
-            try:
-                conn = self._connection()
-                with conn.transaction():
-                    conn.execute(
-                        sql.SQL("INSERT INTO {}.registry_log (sequence, digest, statement) VALUES (%s, %s, %s)").format(
-                            sql.Identifier(self._schema)
-                        ),
-                        (sequence, digest, statement),
-                    )
-                    if checkpoint is not None:
-                        self._put_checkpoint(conn, checkpoint)
-            except psycopg.errors.UniqueViolation:
+        try:
+            self._db.run("append", work)
+        except StateUnavailable as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise LogConflict(f"sequence {sequence} is already stored") from None
-            except psycopg.Error as exc:
-                self._conn = None
-                raise StateUnavailable(f"PostgreSQL: {exc}") from None
+            raise
 
-    def _put_checkpoint(self, conn: psycopg.Connection[tuple[object, ...]], checkpoint: bytes) -> None:
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {}.registry_checkpoint (only_row, checkpoint) VALUES (1, %s)"
-                " ON CONFLICT (only_row) DO UPDATE SET checkpoint = excluded.checkpoint"
-            ).format(sql.Identifier(self._schema)),
-            (checkpoint,),
+    def _put_checkpoint(self, conn: psycopg.Connection[Any], checkpoint: StoredCheckpoint) -> bool:
+        return (
+            conn.execute(self._put_sql, (checkpoint.data, checkpoint.sequence, checkpoint.issued_ms)).fetchone()
+            is not None
         )
 
     def load_checkpoint(self) -> bytes | None:
-        with self._lock:
-            try:
-                row = (
-                    self._connection()
-                    .execute(
-                        sql.SQL("SELECT checkpoint FROM {}.registry_checkpoint WHERE only_row = 1").format(
-                            sql.Identifier(self._schema)
-                        )
-                    )
-                    .fetchone()
-                )
-            except psycopg.Error as exc:
-                raise ConfigError(f"cannot read the registry checkpoint: {exc}") from None
-        return None if row is None else bytes(row[0])  # type: ignore[call-overload]
+        with self._db.connection("load checkpoint") as conn:
+            row = conn.execute(self._checkpoint_sql).fetchone()
+        return None if row is None else bytes(row[0])
 
-    def store_checkpoint(self, checkpoint: bytes) -> None:
-        with self._lock:
-            try:
-                conn = self._connection()
-                with conn.transaction():
-                    self._put_checkpoint(conn, checkpoint)
-            except psycopg.Error as exc:
-                self._conn = None
-                raise StateUnavailable(f"PostgreSQL: {exc}") from None
+    def store_checkpoint(self, checkpoint: StoredCheckpoint) -> bool:
+        return bool(self._db.run("store checkpoint", lambda conn: self._put_checkpoint(conn, checkpoint)))
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
+        self._db.close()

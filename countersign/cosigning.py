@@ -39,6 +39,17 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
+from countersign.signer_state import (
+    Grant,
+    GrantSpend,
+    IssuedRecord,
+    NewChild,
+    Proposal,
+    ProposalSeal,
+    SessionState,
+    SessionUpdate,
+    StateWrite,
+)
 from countersign.verify import edge_violation
 
 # What a signer issues, and the only construction whose edges it co-signs.
@@ -67,20 +78,6 @@ class SignerPolicy:
     max_ttl_ms: int
     max_grant_ttl_ms: int
     clock_skew_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """An open grant as the parent's signer stores it: one named child deployer may attach one child
-    under the record ``parent`` (its digest) until ``expires_ms``. Once spent, ``manifest_digest`` is
-    the edge it was spent on and ``parent_cosig`` the co-signature answered (JSON)."""
-
-    grant_id: str
-    parent: str
-    child_deployer: str
-    expires_ms: int
-    manifest_digest: str | None = None
-    parent_cosig: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,19 +270,6 @@ def receipt_parent_refusal(parent: NodeRecord) -> Refusal | None:
 
 
 # --- sessions (docs/spec.md 17.6) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SessionState:
-    """A session as the signer stores it: the agent record it belongs to (its digest; None when stored
-    before this was kept), the last receipt issued, whether it is closed, and its stream's (unit, n)."""
-
-    session: str
-    agent: str | None
-    last_seq: int
-    last_digest: str
-    closed: bool = False
-    stream: tuple[StreamUnit, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,3 +561,64 @@ def parent_cosignature(proposal: EdgeProposal, answer: str | bytes, parent_key: 
     ):
         return Refusal(ErrorCode.BAD_COSIGNATURE, "the parent's co-signature does not verify")
     return cosig
+
+
+# --- what each signing call writes (countersign/signer_state.py) ---------------------------------
+#
+# Each call's one conditional write, built from what the call decided and signed. The conditions are
+# the ones its decision relied on: a write whose state moved meanwhile (another replica spent the
+# grant, took the seq, filled the slot) does not apply, and the call decides again.
+
+
+def issued_record(path: Path, data: bytes) -> IssuedRecord:
+    """The record at the end of ``path`` (whose canonical bytes are ``data``) as the signer keeps it."""
+    return IssuedRecord(path.leaf.digest(), data, path.leaf.record.expires_ms)
+
+
+def root_write(path: Path, data: bytes) -> StateWrite:
+    """A root spends nothing: only the record is kept."""
+    return StateWrite(issued=(issued_record(path, data),))
+
+
+def local_child_write(parent: Path, parent_digest: str, child: Path, data: bytes) -> StateWrite:
+    """A same-deployer child spends a child slot of its parent (kept as long as the parent)."""
+    record = parent.leaf.record
+    slot = NewChild(parent_digest, child.leaf.record.nonce, record.max_children, record.expires_ms)
+    return StateWrite(issued=(issued_record(child, data),), child=slot)
+
+
+def receipt_write(
+    before: SessionState | None, agent: Path, agent_digest: str, receipt: Path, data: bytes
+) -> StateWrite:
+    """A receipt takes the next place in its session: the session moves on from the ``seq`` it was read
+    at (``before``; a session kept by an earlier release counts as not stored, and is continued)."""
+    output = receipt.leaf.record.output
+    assert output is not None  # a receipt carries its output
+    previous = before.last_seq if before is not None and before.agent is not None else None
+    state = advanced(before, output.session, agent_digest, output, receipt.leaf.digest())
+    update = SessionUpdate(state, previous, agent.leaf.record.expires_ms)
+    return StateWrite(issued=(issued_record(receipt, data),), session=update)
+
+
+def grant_write(grant: Grant) -> StateWrite:
+    return StateWrite(new_grant=grant)
+
+
+def edge_write(
+    grant_id: str, parent: Path, parent_digest: str, child: NodeRecord, manifest_digest: str, parent_cosig: str
+) -> StateWrite:
+    """The parent's side of an edge: the grant spent on it, and the child slot it takes."""
+    record = parent.leaf.record
+    slot = NewChild(parent_digest, child.nonce, record.max_children, record.expires_ms)
+    return StateWrite(spend=GrantSpend(grant_id, manifest_digest, parent_cosig), child=slot)
+
+
+def proposal_write(grant_id: str, parent_digest: str, proposal: EdgeProposal, child_cosig: str) -> StateWrite:
+    """The child's side of an edge before the parent is asked: kept so a retry re-sends this very edge."""
+    kept = Proposal(grant_id, parent_digest, proposal.child_bytes, child_cosig, proposal.child.expires_ms)
+    return StateWrite(proposal=kept)
+
+
+def seal_write(grant_id: str, path: Path, data: bytes) -> StateWrite:
+    """The co-signed child record, sealed: kept, and answered to every retry under its grant."""
+    return StateWrite(issued=(issued_record(path, data),), seal=ProposalSeal(grant_id, data))

@@ -16,6 +16,7 @@ output and before the durable state is touched, so a path a policy refuses consu
 from __future__ import annotations
 
 import abc
+import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -355,6 +356,16 @@ class UnsafeAllowAll(ConsumerPolicy):
 
 # --- parsing ------------------------------------------------------------------------------------
 
+
+def clause_identity(policy: ConsumerPolicy) -> object:
+    """What makes two clauses the same (docs/spec.md 16.1): their JSON with every list read as a set,
+    since no list's order carries meaning (member lists are sorted by ``to_json``; a composition's
+    clauses are distinct, so they form a set too). Equal identities: a repeat in a list."""
+    if isinstance(policy, AllOf | AnyOf):
+        return (policy.clause, frozenset(clause_identity(p) for p in policy.policies))
+    return json.dumps(policy.to_json(), sort_keys=True, separators=(",", ":"))
+
+
 _E = TypeVar("_E")
 
 
@@ -391,7 +402,13 @@ def _clause(value: object, where: str, nesting: int, budget: list[int]) -> Consu
             raise PolicyError(f"{here}: compositions nest at most {MAX_POLICY_NESTING} deep")
         if type(argument) is not list:
             raise PolicyError(f"{here} must be a list of clauses")
-        return composition(tuple(_clause(item, f"{here}[{i}]", nesting + 1, budget) for i, item in enumerate(argument)))
+        clauses = tuple(_clause(item, f"{here}[{i}]", nesting + 1, budget) for i, item in enumerate(argument))
+        first_of: dict[object, int] = {}
+        for i, clause in enumerate(clauses):
+            earlier = first_of.setdefault(clause_identity(clause), i)
+            if earlier != i:
+                raise PolicyError(f"{here}[{i}] repeats {here}[{earlier}]: a list holds distinct clauses")
+        return composition(clauses)
     parser = _PARSERS.get(name)
     if parser is None:
         raise PolicyError(f"{where}: unknown clause {name!r}; clauses are {CLAUSE_NAMES}")

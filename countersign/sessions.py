@@ -28,6 +28,7 @@ from countersign.records import (
     ENVELOPE_KEYS,
     FORMAT_VERSION,
     MAX_DEPTH,
+    MAX_NESTING,
     NONCE_PATTERN,
     RECORD_KEYS,
     SIGNATURE_PATTERN,
@@ -129,8 +130,56 @@ class SessionEvidence:
             return cls._from_json(parse_json(data, MAX_SESSION_INPUT_BYTES), parsed=True)
         except MalformedError:
             if nesting_exceeds(bytes(data)):
-                raise MalformedError("input is nested too deep") from None
+                raise MalformedError(f"input is nested deeper than {MAX_NESTING} levels") from None
             raise
+
+
+def session_from_parts(agent: bytes, receipts: bytes | Sequence[bytes]) -> SessionEvidence:
+    """Session evidence from its parts as files hold them: the agent path's JSON bytes, and the
+    receipts as one JSON array (``bytes``) or each envelope's bytes. The verdict is the one the
+    evidence assembled from the parts would get from :meth:`SessionEvidence.from_bytes` (spec 17.1
+    and 2.1), nesting included: counted from the evidence's outer object (the agent path and the array
+    sit at level 2, each receipt at level 3), a part nested too deep is ``MALFORMED`` at index null
+    whatever else is wrong, so the answer never depends on the caller's stack. Otherwise faults are
+    found in the evidence's order (the agent path, then each receipt), and a receipt whose bytes are
+    not JSON is ``MALFORMED`` at its position. Raises MalformedError (or UnsupportedVersionError),
+    never anything else."""
+    parts: list[bytes] = [receipts] if isinstance(receipts, bytes) else list(receipts)
+    separate = not isinstance(receipts, bytes)
+    assembled = len(_ASSEMBLED) + len(agent) + sum(map(len, parts)) + (2 + max(len(parts) - 1, 0) if separate else 0)
+    try:
+        if assembled > MAX_SESSION_INPUT_BYTES:
+            raise MalformedError(f"session evidence exceeds {MAX_SESSION_INPUT_BYTES} bytes")
+        agent_value = parse_json(agent, MAX_SESSION_INPUT_BYTES)
+        unparsed: MalformedError | None = None
+        items: object
+        if separate:
+            values: list[object] = []
+            for index, part in enumerate(parts):
+                try:
+                    values.append(parse_json(part, MAX_SESSION_INPUT_BYTES))
+                except MalformedError as exc:  # reported when the check reaches it (an earlier fault first)
+                    unparsed = unparsed or MalformedError(f"receipt {index}: {exc}", index=index)
+                    values.append(None)
+            items = values
+        else:
+            items = parse_json(parts[0], MAX_SESSION_INPUT_BYTES)
+        evidence = {"v": FORMAT_VERSION, "agent": agent_value, "receipts": items}
+        try:
+            return SessionEvidence._from_json(evidence, parsed=True)
+        except MalformedError as exc:
+            if unparsed is not None and exc.index == unparsed.index:
+                raise unparsed from None
+            raise
+    except MalformedError:
+        inner = MAX_NESTING - 2 if separate else MAX_NESTING - 1
+        if nesting_exceeds(agent, MAX_NESTING - 1) or any(nesting_exceeds(p, inner) for p in parts):
+            raise MalformedError(f"input is nested deeper than {MAX_NESTING} levels") from None
+        raise
+
+
+_ASSEMBLED: Final = b'{"v":1,"agent":,"receipts":}'
+"""What the evidence adds around its parts (then ``[``, ``]`` and a comma between receipts)."""
 
 
 # Fields every receipt of a session shares with its first receipt (as a signer issues them); a receipt
@@ -437,7 +486,7 @@ def check_session_bytes(
     )  # fmt: skip
 
 
-# --- a verifier's session verdict (docs/spec.md 17.5) ------------------------------------------
+# --- a verifier's session verdict (docs/spec.md 17.4) ------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,11 +543,12 @@ def verify_session(
     rejection = state.admit_session(admission.edges, admission.leaves, consume=mode is Mode.ACCEPT, now_ms=now_ms)
     if isinstance(rejection, EarlierAcceptance):  # a retried session: say so, with the acceptance it repeats
         return VerificationResult.accept(attribution, retry_of_ms=rejection.accepted_ms)
+    if rejection is not None and rejection.reason is Reason.FANOUT_EXCEEDED:
+        # An edge of the agent path, which every receipt's path holds: found at receipt 0, its index in
+        # that path in the detail, as step 2 reports a fault of the agent path (spec 17.4).
+        detail = f"path envelope {rejection.index}: parent already has max_children children"
+        return VerificationResult.reject(rejection.reason, 0, detail, attribution)
     if rejection is not None:
-        detail = (
-            "parent already has max_children children"
-            if rejection.reason is Reason.FANOUT_EXCEEDED
-            else "a receipt's nonce was already consumed: the session consumed nothing"
-        )
+        detail = "a receipt's nonce was already consumed, or repeats an earlier receipt's: the session consumed nothing"
         return VerificationResult.reject(rejection.reason, rejection.index, detail, attribution)
     return VerificationResult.accept(attribution)

@@ -78,6 +78,7 @@ def read_store(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
     from verifier.stores import StoreConfigError, open_store
 
     try:
+        refuse_a_missing_store(args.state)
         store = open_store(args.state)
     except StoreConfigError as exc:
         raise UsageError(str(exc)) from None
@@ -94,6 +95,67 @@ def read_store(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
     finally:
         store.close()
     return report.to_json()
+
+
+def refuse_a_missing_store(url: str) -> None:
+    """A read command reads a store that is there: opening a new one would create it empty and report
+    that nothing is affected (issue 29). ``memory:`` holds no log outside one process; a SQLite file
+    must exist and hold a verifier's schema; a PostgreSQL schema must hold one (an unreachable server
+    is left to :func:`open_store` to report). Raises UsageError."""
+    from urllib.parse import urlsplit
+
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        raise UsageError("--state memory: is empty in every new process: name the verifier's store (its store_url)")
+    if scheme == "sqlite":
+        _refuse_a_missing_sqlite_store(url)
+    elif scheme in ("postgresql", "postgres"):
+        _refuse_a_missing_postgres_schema(url)
+
+
+def _refuse_a_missing_sqlite_store(url: str) -> None:
+    import sqlite3
+    from pathlib import Path
+
+    from countersign._daemon.sqlite import sqlite_file
+    from countersign.errors import ConfigError
+
+    try:
+        location = sqlite_file(url)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if location is None:
+        return  # not a file URL: open_store says what is wrong with it
+    if not Path(location).is_file():
+        raise UsageError(f"no verifier store at {location} ({url}): impact reads a store and creates none")
+    try:
+        db = sqlite3.connect(f"{Path(location).as_uri()}?mode=ro", uri=True)
+        try:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise UsageError(f"{location} is not a verifier store: {exc}") from None
+    if version == 0:
+        raise UsageError(f"{location} is not a verifier store (no verdict log in it)")
+
+
+def _refuse_a_missing_postgres_schema(url: str) -> None:
+    import psycopg
+
+    from verifier.stores.postgres import parse_url
+
+    conninfo, schema, _ = parse_url(url)
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}".countersign_schema_version',))
+            (exists,) = row.fetchone() or (False,)
+    except psycopg.Error:
+        return  # unreachable or refused: open_store reports it in its own words
+    if not exists:
+        raise UsageError(
+            f"no verifier store in PostgreSQL schema {schema} ({url}): impact reads a store and creates none"
+        )
 
 
 def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:

@@ -6,6 +6,12 @@ work directory, starts each daemon as ``python -m countersign_cli <daemon> serve
 its ready file (daemons bind port 0 and publish the port), and enrols the deployers through operator
 statements. ``launcher`` wraps each command (the zone harness prefixes ``ip netns exec <zone>``).
 
+Replicas: ``signer_replicas`` gives a deployer several signer processes over one state (its
+``signer_state_urls`` entry, by default one SQLite file they share), named ``deployer-a``,
+``deployer-a-r1``, ...; ``coordinators`` runs that many coordinators over one log store (by default one
+SQLite file), named ``coordinator``, ``coordinator-1``, .... Followers are given every coordinator's
+address, runtimes every replica's (ADR 0033).
+
 Once the coordinator runs, the operator's checkpoint loop runs in this process (a thread), as an
 operator runs ``countersign operator checkpoint --every-ms``: followers count their copy as fresh only
 while they hold an unexpired operator checkpoint (spec 7.5), so without it every daemon would go stale
@@ -119,6 +125,10 @@ class LocalMesh:
     checkpoint_lifetime_ms: int | None = None  # default: staleness_ms
     checkpoint_every_ms: int | None = None  # default: a third of the lifetime; 0: run no checkpoint loop
     coordinator_for_followers: str | None = None  # tests: point signers and verifiers elsewhere (a proxy)
+    signer_replicas: Mapping[str, int] = field(default_factory=dict)  # deployer -> signer processes (default 1)
+    signer_state_urls: Mapping[str, str] = field(default_factory=dict)  # deployer -> state_url (default SQLite)
+    coordinators: int = 1
+    log_store_url: str | None = None  # default: one SQLite file every coordinator shares
     daemons: dict[str, Daemon] = field(default_factory=dict, init=False)
     checkpoints: CheckpointLoop | None = field(default=None, init=False)
     operator_head: KnownHead = field(default_factory=KnownHead, init=False)
@@ -150,29 +160,32 @@ class LocalMesh:
                 self._certificate(f"{deployer}-runtime", PeerIdentity("runtime", deployer=deployer), [])
             for index in range(self.verifiers):
                 self._certificate(f"verifier-{index}", PeerIdentity("verifier", name=f"v{index}"), [verifier_dns()])
-        self._configure(
-            "coordinator",
-            "coordinator",
-            {"log_store": self._sqlite("coordinator.db"), "heartbeat_ms": self.heartbeat_ms},
-        )
+        for name in self.coordinator_names:
+            self._configure(
+                name,
+                "coordinator",
+                {"log_store": self.log_store_url or self._sqlite("coordinator.db"), "heartbeat_ms": self.heartbeat_ms},
+                tls_name="coordinator",
+            )
         for deployer in self.deployers:
             allowed = (self.allowed_children or {}).get(deployer, [d for d in self.deployers if d != deployer])
-            self._configure(
-                deployer,
-                "signer",
-                {
-                    "deployer": deployer,
-                    "signer_key": f"file:{self.workdir / 'keys' / f'{deployer}.jwk'}",
-                    "state_url": self._sqlite(f"{deployer}-signer.db"),
-                    "allowed_children": list(allowed),
-                    "cosign_timeout_ms": self.cosign_timeout_ms,
-                    "registry_cache": str(self.workdir / "state" / f"{deployer}-registry.json"),
-                    "staleness_ms": self.staleness_ms,
-                    "heartbeat_ms": self.heartbeat_ms,
-                    **self.signer_options,
-                },
-                tls_name=f"{deployer}-signer",
-            )
+            for name in self.signer_names(deployer):
+                self._configure(
+                    name,
+                    "signer",
+                    {
+                        "deployer": deployer,
+                        "signer_key": f"file:{self.workdir / 'keys' / f'{deployer}.jwk'}",
+                        "state_url": self.signer_state_urls.get(deployer) or self._sqlite(f"{deployer}-signer.db"),
+                        "allowed_children": list(allowed),
+                        "cosign_timeout_ms": self.cosign_timeout_ms,
+                        "registry_cache": str(self.workdir / "state" / f"{name}-registry.json"),
+                        "staleness_ms": self.staleness_ms,
+                        "heartbeat_ms": self.heartbeat_ms,
+                        **self.signer_options,
+                    },
+                    tls_name=f"{deployer}-signer",
+                )
         for index in range(self.verifiers):
             self._configure(
                 f"verifier-{index}",
@@ -186,6 +199,26 @@ class LocalMesh:
                 },
             )
         return self
+
+    @property
+    def coordinator_names(self) -> list[str]:
+        return ["coordinator", *(f"coordinator-{i}" for i in range(1, self.coordinators))]
+
+    def signer_names(self, deployer: str) -> list[str]:
+        """The daemon names of ``deployer``'s signer replicas (the first is the deployer's own name)."""
+        return [deployer, *(f"{deployer}-r{i}" for i in range(1, self.signer_replicas.get(deployer, 1)))]
+
+    def signer_addresses(self, deployer: str) -> str:
+        """Every running replica of ``deployer``'s signer, as a runtime names them (comma-separated)."""
+        names = self.signer_names(deployer)
+        return (
+            ",".join(self.daemons[n].address for n in names if self.daemons[n].port) or self.daemons[deployer].address
+        )
+
+    @property
+    def coordinator_addresses(self) -> str:
+        """Every coordinator's address, as followers name them (comma-separated)."""
+        return ",".join(self.daemons[n].address for n in self.coordinator_names if self.daemons[n].port)
 
     def _write_key(self, path: Path, key: Ed25519Signer) -> None:
         from signer.backends.file import write_key_file
@@ -232,7 +265,7 @@ class LocalMesh:
             return daemon
         env = {**os.environ, **self.extra_env}
         if daemon.kind != "coordinator":
-            env["COUNTERSIGN_COORDINATOR"] = self.coordinator_for_followers or self.daemons["coordinator"].address
+            env["COUNTERSIGN_COORDINATOR"] = self.coordinator_for_followers or self.coordinator_addresses
         if daemon.port:
             env["COUNTERSIGN_LISTEN"] = daemon.address
             env["COUNTERSIGN_METRICS_LISTEN"] = f"{daemon.host}:{daemon.metrics_port}"
@@ -261,7 +294,7 @@ class LocalMesh:
         if self.checkpoints is not None or every == 0:
             return
         self.checkpoints = CheckpointLoop(
-            lambda: self.daemons["coordinator"].address, self.tls_for("operator"), self.operator,
+            self.operator_address, self.tls_for("operator"), self.operator,
             every_ms=every, checkpoint_lifetime_ms=self.lifetime_ms, known_head=self.operator_head,
         ).start()  # fmt: skip
 
@@ -271,9 +304,11 @@ class LocalMesh:
             self.checkpoints = None
 
     def start_all(self) -> LocalMesh:
-        self.start("coordinator")
+        for name in self.coordinator_names:
+            self.start(name)
         for deployer in self.deployers:
-            self.start(deployer)
+            for name in self.signer_names(deployer):
+                self.start(name)
         for index in range(self.verifiers):
             self.start(f"verifier-{index}")
         return self
@@ -327,9 +362,14 @@ class LocalMesh:
 
     # --- enrolment and clients -------------------------------------------------------------------
 
+    def operator_address(self) -> str:
+        """Where the operator submits: the first coordinator that runs (any replica accepts)."""
+        names = self.coordinator_names
+        return next((self.daemons[n].address for n in names if self.daemons[n].alive), self.daemons[names[0]].address)
+
     def operator_client(self) -> OperatorClient:
         return OperatorClient(
-            self.daemons["coordinator"].address, self.tls_for("operator"), self.operator,
+            self.operator_address(), self.tls_for("operator"), self.operator,
             checkpoint_lifetime_ms=self.lifetime_ms, known_head=self.operator_head,
         )  # fmt: skip
 
@@ -367,7 +407,8 @@ class LocalMesh:
                 time.sleep(0.02)
 
     def runtime(self, deployer: str) -> SignerClient:
-        return SignerClient(self.daemons[deployer].address, self.tls_for(f"{deployer}-runtime"), deployer)
+        """A runtime client of ``deployer``'s signer, naming every replica that runs."""
+        return SignerClient(self.signer_addresses(deployer), self.tls_for(f"{deployer}-runtime"), deployer)
 
     def verifier_client(self, index: int = 0) -> VerifierClient:
         return VerifierClient(self.daemons[f"verifier-{index}"].address, self.tls_for("client"))

@@ -1,13 +1,15 @@
 """The ``countersign`` command line.
 
 Exit codes: 0 success (for ``verify``: accepted), 1 rejected or a failed check, 2 usage error or
-unreadable input. Errors are one clear line on stderr, never a traceback.
+unreadable input, 141 the reader of standard output went away (``| head``), as for a tool that
+SIGPIPE ends. Errors are one clear line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -16,6 +18,7 @@ from countersign.errors import CountersignError
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process that SIGPIPE ended
 
 
 class UsageError(CountersignError):
@@ -41,6 +44,17 @@ EXTRA_OF_PACKAGE = {
     "mcp_types": "mcp",
 }
 DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
+
+
+def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
+    """What to install for ``command`` that failed to import an optional package ("the 'server'
+    extra (no module grpc): pip install ..."); None when the module is no optional package's (a bug)."""
+    extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
+    if extra is None:
+        return None
+    if extra == "grpc" and command in DAEMON_COMMANDS:
+        extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
+    return f"the '{extra}' extra (no module {exc.name}): pip install 'countersign[{extra}]'"
 
 
 def _version() -> str:
@@ -89,23 +103,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger().addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "action", None) != "serve":
+        # gRPC's C core logs to stderr on its own (a failed TLS handshake: "I... Handshake failed ..."),
+        # beside the one line in which a command reports that failure itself. Read when gRPC is first
+        # imported, which no command has done yet; a daemon keeps gRPC's default.
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     handler: Command = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # here, so that a reader that went away is noticed here
+        return code
+    except BrokenPipeError:
+        # The reader of stdout closed it (`countersign verify ... | head -c 10`): what it wanted it has.
+        # Point stdout at /dev/null so that the interpreter's own flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     except UsageError as exc:
         print(f"countersign {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as exc:
-        extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
-        if extra is None:
+        needs = missing_extra(exc, args.command)
+        if needs is None:
             raise  # not an optional package: a bug, not a missing extra
-        if extra == "grpc" and args.command in DAEMON_COMMANDS:
-            extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
-        print(
-            f"countersign {args.command}: needs the '{extra}' extra (no module {exc.name}): "
-            f"pip install 'countersign[{extra}]'",
-            file=sys.stderr,
-        )
+        print(f"countersign {args.command}: needs {needs}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -116,7 +116,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify_session.add_argument(
         "--audit",
         action="store_true",
-        help="consume nothing (with --verifier; offline, nothing durable is consumed either way)",
+        help="consume nothing (with --verifier; offline nothing durable is consumed either way, and --audit "
+        "only skips the check that no two receipts share a nonce, as a verifier's audit mode does)",
     )
     verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
     verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
@@ -274,9 +275,10 @@ def cmd_sample_session(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _receipt_files(location: str) -> tuple[list[Any], list[str]]:
-    """The receipts' JSON values (parse failures kept as the bytes, for a MALFORMED verdict at their
-    position) and each one's output name: a directory's *.json in name order, or one file's array."""
+def _receipt_files(location: str) -> tuple[bytes | list[bytes], list[str] | None]:
+    """The receipts' bytes, as :func:`countersign.sessions.session_from_parts` reads them, and each
+    one's output name: a directory's *.json in name order (each one envelope), or one file's JSON array
+    (names by position, known once it is parsed: None)."""
     from countersign.sessions import MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS
 
     where = FilePath(location)
@@ -284,23 +286,13 @@ def _receipt_files(location: str) -> tuple[list[Any], list[str]]:
         files = sorted(where.glob("*.json"))
         if not 1 <= len(files) <= MAX_SESSION_RECEIPTS:
             raise UsageError(f"{location} must hold 1 to {MAX_SESSION_RECEIPTS} receipt files (*.json)")
-        values = [_json_or_bytes(read_bytes(str(f), "receipt", MAX_INPUT_BYTES)) for f in files]
-        return values, [f.stem for f in files]
-    value = _json_or_bytes(read_bytes(location, "receipts", MAX_SESSION_INPUT_BYTES))
-    if type(value) is not list:
-        raise UsageError(f"{location} must be a directory of receipts or a JSON array of receipt envelopes")
-    return value, [f"{i:06d}" for i in range(len(value))]
-
-
-def _json_or_bytes(data: bytes) -> Any:
-    try:
-        return parse_json(data)
-    except MalformedError:
-        return data  # not an envelope: the session check reports it as MALFORMED at its position
+        return [read_bytes(str(f), "receipt", MAX_INPUT_BYTES) for f in files], [f.stem for f in files]
+    return read_bytes(location, "receipts", MAX_SESSION_INPUT_BYTES), None
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
-    from countersign.sessions import SessionEvidence, check_session
+    from countersign.sessions import session_from_parts, verify_session
+    from countersign.state import InMemoryState
 
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
         raise UsageError(f"--clock-skew-ms must be between 0 and {MAX_CLOCK_SKEW_MS}")
@@ -312,35 +304,32 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
     consumer_policy = None if args.policy is None else load_policy(args.policy)
     agent_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     receipts, names = _receipt_files(args.receipts)
-    outputs: list[bytes | None] = [None] * len(receipts)
+    folder = None
     if args.outputs:
         folder = FilePath(args.outputs)
         if not folder.is_dir():
             raise UsageError(f"--outputs {args.outputs} is not a directory")
-        for index, name in enumerate(names):
-            location = folder / f"{name}.bin"
-            if location.exists():
-                outputs[index] = read_bytes(str(location), "output", MAX_OUTPUT_BYTES)
     try:
-        session = SessionEvidence.from_json({"v": 1, "agent": parse_json(agent_bytes), "receipts": receipts})
+        session = session_from_parts(agent_bytes, receipts)
     except MalformedError as exc:
         result = malformed_result(exc)  # remotely too: evidence that does not parse is not sent
     else:
+        outputs: list[bytes | None] = [None] * len(session.receipts)
+        for index, name in enumerate(names or (f"{i:06d}" for i in range(len(session.receipts)))):
+            location = None if folder is None else folder / f"{name}.bin"
+            if location is not None and location.exists():
+                outputs[index] = read_bytes(str(location), "output", MAX_OUTPUT_BYTES)
         if registry is None:
             return verify_session_remotely(args, session, outputs, consumer_policy)
-        result = check_session(
-            session, outputs, registry=registry, now_ms=args.now_ms if args.now_ms is not None else now_ms(),
-            require_closed=args.closed, policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms),
-            consumer_policy=consumer_policy,
-        ).result  # fmt: skip
-        if result and session.receipts:
-            # The same verdict shape as verify: the emitter is the session's last receipt, as proven.
-            from dataclasses import replace
-
-            from countersign.verify import attribute
-
-            last = Path((*session.agent.envelopes, session.receipts[-1]))
-            result = replace(result, attribution=attribute(last, registry.sequence))
+        # Offline, the state step (spec 17.4) runs against a fresh, empty state, as verify's memory:
+        # store does for one path: a nonce two receipts share, or a delegation beyond max_children in
+        # the agent path, is refused here as a verifier refuses it.
+        result = verify_session(
+            session, outputs, registry=registry, state=InMemoryState(),
+            mode=Mode.AUDIT if args.audit else Mode.ACCEPT,
+            now_ms=args.now_ms if args.now_ms is not None else now_ms(), require_closed=args.closed,
+            policy=VerifierPolicy(clock_skew_ms=args.clock_skew_ms), consumer_policy=consumer_policy,
+        )  # fmt: skip
     print(json.dumps(result.to_json()))
     return EXIT_OK if result else EXIT_REJECTED
 

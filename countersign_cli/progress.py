@@ -1,29 +1,42 @@
 """A progress bar on stderr for long commands, and tables whose columns line up.
 
-The bar is drawn only when stderr is a terminal; otherwise (a log, a CI job) one line says what is
-running, so nothing stays silent for a minute and no carriage returns land in a file.
+The bar is drawn only when stderr is a terminal; otherwise (a log, a pipe, a CI job) plain lines
+say how far it got, one at each tenth of the work and at least every few seconds, so nothing stays
+silent for long and no carriage returns land in a file. Standard output is never written.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 BAR_WIDTH = 30
+LINE_EVERY_S = 5.0
+"""Without a terminal, the longest silence between two progress lines (a line also marks each tenth)."""
 
 
 class Progress:
     """``step()`` once per unit of work done out of ``total``; ``done()`` clears the bar."""
 
-    def __init__(self, what: str, total: int, stream: TextIO | None = None, *, tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        total: int,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.what = what
         self.total = max(total, 1)
         self.count = 0
         self._stream = sys.stderr if stream is None else stream
         self._tty = self._stream.isatty() if tty is None else tty
-        self._started = time.monotonic()
+        self._clock = clock
+        self._started = self._last_line = clock()
+        self._tenths = 0
         if self._tty:
             self._draw()
         else:
@@ -34,10 +47,17 @@ class Progress:
         self.count += 1
         if self._tty:
             self._draw()
+            return
+        now = self._clock()
+        tenths = 10 * self.count // self.total
+        if tenths > self._tenths or now - self._last_line >= LINE_EVERY_S:
+            self._tenths, self._last_line = tenths, now
+            self._stream.write(f"{self.what}: {self.count}/{self.total} cells, {now - self._started:.0f} s\n")
+            self._stream.flush()
 
     def _draw(self) -> None:
         filled = BAR_WIDTH * self.count // self.total
-        elapsed = time.monotonic() - self._started
+        elapsed = self._clock() - self._started
         bar = "#" * filled + "." * (BAR_WIDTH - filled)
         self._stream.write(f"\r{self.what} [{bar}] {self.count}/{self.total} cells {elapsed:.0f} s")
         self._stream.flush()

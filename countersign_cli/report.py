@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any, Final
 
+from countersign.constructions import parent_link
 from countersign.errors import MalformedError
 from countersign.export.marks import SignatureMark, SignatureRole, signature_marks
 from countersign.reasons import VerificationResult
-from countersign.records import MAX_INPUT_BYTES, Path, parse_json
+from countersign.records import MAX_INPUT_BYTES, Envelope, Path, parse_json
 from countersign.registry import Registry
 from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
@@ -44,7 +45,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     report = commands.add_parser("report", help="write one self-contained HTML page of a path (SVG, no network)")
     report.add_argument("--path", required=True, help="path.json")
     report.add_argument("--output", help="the exact output bytes, so the verdict covers them")
-    report.add_argument("--session", help="a directory of receipt path files: listed in order of seq")
+    report.add_argument(
+        "--session",
+        help="a session's receipts, listed in order of seq: a directory of receipt envelopes (as sample-session "
+        "writes them and verify-session reads them, each under a record of --path) or of receipt paths (as a "
+        "signer returns them); sample-session's output directory names its receipts/",
+    )
     report.add_argument("--impact", help="an impact JSON file (countersign impact): colours what needs revalidation")
     report.add_argument("--html", required=True, help="the page to write")
     add_registry_arguments(report)
@@ -175,29 +181,41 @@ def record_views(value: object, digests: Sequence[str] = ()) -> list[RecordView]
     return views
 
 
-def session_receipts(directory: FilePath, registry: Registry | None, now_ms: int) -> list[ReceiptView]:
-    """Every receipt path file in ``directory``, ordered by session then ``seq``, each link checked.
+def session_receipts(
+    directory: FilePath, registry: Registry | None, now_ms: int, path: Path | None = None
+) -> list[ReceiptView]:
+    """Every receipt file in ``directory``, ordered by session then ``seq``, each link checked.
 
-    A receipt chains when its ``prev`` names the previous receipt's record (its envelope digest) and
-    its ``seq`` follows on. Raises UsageError when the directory cannot be read.
+    A file holds a receipt envelope (as ``sample-session`` writes it and ``verify-session`` reads it)
+    whose path is the prefix of ``path`` it was issued under followed by it, or a whole receipt path
+    (as a signer returns it). Sample-session's output directory stands for its ``receipts/``. A
+    receipt chains when its ``prev`` names the previous receipt's record (its envelope digest) and its
+    ``seq`` follows on. Raises UsageError when the directory cannot be read.
     """
     from countersign.verify import verify_structure
 
+    if (directory / "receipts").is_dir() and (directory / "agent.json").is_file():
+        directory = directory / "receipts"  # the layout sample-session writes
     try:
         files = sorted(p for p in directory.iterdir() if p.is_file())
     except OSError as exc:
         raise UsageError(f"cannot read the session directory {directory}: {exc.strerror}") from None
     if len(files) > MAX_SESSION_FILES:
         raise UsageError(f"{directory} holds more than {MAX_SESSION_FILES} files")
+    prefixes = _prefixes_by_link(path)
     receipts: list[ReceiptView] = []
     for file in files:
         try:
             with open(file, "rb") as handle:
-                path = Path.from_bytes(handle.read(MAX_INPUT_BYTES + 1))
-        except (OSError, MalformedError) as exc:
-            receipts.append(ReceiptView(file.name, "", None, "", "", "", "", "", "", f"not a valid path: {exc}"))
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        except OSError as exc:
+            receipts.append(_unreadable(file.name, f"cannot read it: {exc.strerror}"))
             continue
-        leaf = path.leaf.record
+        found = _receipt_path(data, prefixes)
+        if isinstance(found, str):
+            receipts.append(_unreadable(file.name, found))
+            continue
+        leaf = found.leaf.record
         if leaf.output is None:
             receipts.append(ReceiptView(file.name, "", None, "", "", "", leaf.deployer, leaf.agent.instance, "",
                                         "the leaf carries no output receipt"))  # fmt: skip
@@ -205,11 +223,11 @@ def session_receipts(directory: FilePath, registry: Registry | None, now_ms: int
         if registry is None:
             verdict = "not verified (no registry given)"
         else:
-            result = verify_structure(path, registry=registry, now_ms=now_ms)
-            verdict = "ACCEPT (output bytes not checked)" if result else f"REJECT {result.reason} at {result.index}"
+            result = verify_structure(found, registry=registry, now_ms=now_ms)
+            verdict = "ACCEPT (output bytes not checked)" if result else f"REJECT {result.reason} {_where(result)}"
         out = leaf.output
         receipts.append(
-            ReceiptView(file.name, out.session, out.seq, out.prev or "—", out.sha256, path.leaf.digest(),
+            ReceiptView(file.name, out.session, out.seq, out.prev or "—", out.sha256, found.leaf.digest(),
                         leaf.deployer, leaf.agent.instance, "", verdict)
         )  # fmt: skip
     receipts.sort(key=lambda r: (r.seq is None, r.session, -1 if r.seq is None else r.seq, r.file))
@@ -229,6 +247,45 @@ def session_receipts(directory: FilePath, registry: Registry | None, now_ms: int
             receipt.chain = f"follows seq {previous.seq}"
         previous = receipt
     return receipts
+
+
+def _unreadable(name: str, why: str) -> ReceiptView:
+    return ReceiptView(name, "", None, "", "", "", "", "", "", why)
+
+
+def _prefixes_by_link(path: Path | None) -> dict[str | None, tuple[Envelope, ...]]:
+    """Each prefix of ``path`` by the parent link a record issued under its last record carries
+    (the longest prefix wins: a record's link names one prefix only, unless digests collide)."""
+    if path is None:
+        return {}
+    construction = path.envelopes[0].record.construction
+    return {parent_link(construction, path.envelopes[:n]): path.envelopes[:n] for n in range(1, len(path) + 1)}
+
+
+def _receipt_path(data: bytes, prefixes: dict[str | None, tuple[Envelope, ...]]) -> Path | str:
+    """The receipt path a file holds (a whole path, or an envelope joined to the prefix of --path it
+    names as its parent), or why there is none."""
+    try:
+        return Path.from_bytes(data)
+    except MalformedError as exc:
+        as_path = exc
+    try:
+        value = parse_json(data)
+    except MalformedError:
+        return f"not a valid path or receipt envelope: {as_path}"
+    if not (isinstance(value, dict) and "record" in value):
+        return f"not a valid path or receipt envelope: {as_path}"
+    try:
+        envelope = Envelope.from_json(value)
+    except MalformedError as exc:
+        return f"not a valid receipt envelope: {exc}"
+    prefix = prefixes.get(envelope.record.parent)
+    if prefix is None:
+        return "a receipt envelope issued under no record of --path (give --path the agent path it was issued under)"
+    try:
+        return Path((*prefix, envelope))
+    except MalformedError as exc:
+        return f"not a valid receipt path: {exc}"
 
 
 def impact_view(data: bytes, source: str) -> ImpactView:
@@ -360,16 +417,42 @@ def _verdict_html(model: ReportModel) -> str:
             "no registry was given (--registry, or --registry-log with --operator). The drawing below shows "
             "what the path claims; nothing in it was checked.</p></section>"
         )
+    flagged = revalidation_note(model)
+    note = "" if flagged is None else f'<p class="revalidation">⚠ {esc(flagged)}</p>'
     if verdict:
+        css = "verdict accept" + ("" if flagged is None else " needs-revalidation")
         return (
-            f'<section class="verdict accept" id="verdict"><h2>Verdict</h2><p><strong>ACCEPT</strong> — '
-            f"{esc(model.verdict_scope)}</p></section>"
+            f'<section class="{css}" id="verdict"><h2>Verdict</h2><p><strong>ACCEPT</strong> — '
+            f"{esc(model.verdict_scope)}</p>{note}</section>"
         )
-    where = "the path as a whole" if verdict.index is None else f"record {verdict.index}"
     return (
         f'<section class="verdict reject" id="verdict"><h2>Verdict</h2><p><strong>REJECT '
-        f'<span class="reason">{esc(verdict.reason)}</span></strong> at {esc(where)} — {esc(model.verdict_scope)}'
-        f'</p><p class="detail">{esc(verdict.detail)}</p></section>'
+        f'<span class="reason">{esc(verdict.reason)}</span></strong> {esc(_where(verdict))} — '
+        f'{esc(model.verdict_scope)}</p><p class="detail">{esc(verdict.detail)}</p>{note}</section>'
+    )
+
+
+def _where(verdict: VerificationResult) -> str:
+    return "(the path as a whole)" if verdict.index is None else f"at record {verdict.index}"
+
+
+def flagged_records(model: ReportModel) -> list[int]:
+    """The records of the path that the impact file says need revalidation."""
+    impact = model.impact.records if model.impact else {}
+    return [view.index for view in model.records if impact.get(view.digest) == NEEDS_REVALIDATION]
+
+
+def revalidation_note(model: ReportModel) -> str | None:
+    """What the verdict must not hide: records of this path that need revalidation (an accept no
+    longer stands alone), or None."""
+    flagged = flagged_records(model)
+    if not flagged:
+        return None
+    query = model.impact.query if model.impact else ""
+    shown = ", ".join(map(str, flagged))
+    return (
+        f"{len(flagged)} record(s) of this path need revalidation ({shown}; impact of {query}): "
+        "the verdict was reached with what the impact query names, re-verify before relying on it"
     )
 
 
@@ -380,6 +463,8 @@ dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14p
 dl.summary dt { color: #5a6572; } dl.summary dd { margin: 0; font-family: "DejaVu Sans Mono", monospace; }
 .verdict { border-radius: 8px; padding: 4px 16px; border: 2px solid; }
 .verdict.accept { background: #e8f6ec; border-color: #2f8a4a; }
+.verdict.accept.needs-revalidation { background: #fff4d6; border-color: #c98a00; }
+.verdict .revalidation { font-weight: bold; color: #7a5200; }
 .verdict.reject { background: #fdecec; border-color: #c0362c; }
 .verdict.unverified { background: #f1f2f4; border-color: #8a94a0; }
 svg.dag { display: block; font: 12.5px "DejaVu Sans Mono", monospace; }
@@ -558,7 +643,7 @@ def build_model(args: argparse.Namespace) -> ReportModel:
         summary.append(("registry sequence", str(registry.sequence)))
     model = ReportModel("Countersign evidence report", summary, records, verdict, scope)
     if args.session:
-        model.receipts = session_receipts(FilePath(args.session), registry, at)
+        model.receipts = session_receipts(FilePath(args.session), registry, at, path)
     if args.impact:
         model.impact = impact_view(read_bytes(args.impact, "impact file", MAX_IMPACT_BYTES), args.impact)
     return model
@@ -571,11 +656,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         FilePath(args.html).write_bytes(page)
     except OSError as exc:
         raise UsageError(f"cannot write {args.html}: {exc.strerror}") from None
-    print(f"wrote {args.html}: {len(model.records)} records, verdict {_verdict_word(model.verdict)}")
+    flagged = flagged_records(model)
+    needs = f"; {len(flagged)} record(s) of the path need revalidation" if flagged else ""
+    print(f"wrote {args.html}: {len(model.records)} records, verdict {_verdict_word(model.verdict)}{needs}")
     return EXIT_OK if model.verdict is None or model.verdict else EXIT_REJECTED
 
 
 def _verdict_word(verdict: VerificationResult | None) -> str:
     if verdict is None:
         return "not verified (no registry)"
-    return "ACCEPT" if verdict else f"REJECT {verdict.reason} at {verdict.index}"
+    return "ACCEPT" if verdict else f"REJECT {verdict.reason} {_where(verdict)}"

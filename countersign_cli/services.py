@@ -253,7 +253,7 @@ def config_class(daemon: str) -> type[Any]:
 
         return CoordinatorConfig
     if daemon == "signer":
-        from signer.daemon import SignerConfig
+        from signer.config import SignerConfig
 
         return SignerConfig
     from verifier.daemon import VerifierConfig
@@ -267,9 +267,18 @@ def _list_settings_in_help(parser: argparse.ArgumentParser, daemon: str) -> None
     plain = parser.format_help
 
     def with_settings() -> str:
+        from countersign_cli.main import missing_extra
         from countersign_cli.settings_help import epilog
 
-        parser.epilog = epilog(config_class(daemon))
+        try:
+            settings = config_class(daemon)
+        except ModuleNotFoundError as exc:  # the daemon's own imports: the help still shows, and says so
+            needs = missing_extra(exc, daemon)
+            if needs is None:
+                raise
+            parser.epilog = f"The {daemon} and the list of its settings need {needs}"
+        else:
+            parser.epilog = epilog(settings)
         return plain()
 
     parser.format_help = with_settings  # type: ignore[method-assign]
@@ -298,8 +307,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             daemon = CoordinatorDaemon(config)
             method_limits = METHOD_MESSAGE_BYTES
         elif args.daemon == "signer":
+            from signer.config import SignerConfig
             from signer.daemon import METHOD_MESSAGE_BYTES as SIGNER_LIMITS
-            from signer.daemon import SignerConfig, SignerDaemon
+            from signer.daemon import SignerDaemon
 
             config = load_config(SignerConfig, args.config)
             daemon = SignerDaemon(config)

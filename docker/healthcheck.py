@@ -96,7 +96,7 @@ def load_settings(kind: str, config_path: str | None, environ: dict[str, str]) -
 
         settings_class = CoordinatorConfig
     elif kind == "signer":
-        from signer.daemon import SignerConfig
+        from signer.config import SignerConfig
 
         settings_class = SignerConfig
     else:

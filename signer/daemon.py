@@ -1,57 +1,61 @@
-"""The signer daemon: one per deployer, the only holder of the deployer's key.
+"""The signer daemon: the only holder of a deployer's key, run as one or more replicas over one state.
 
 Its runtime asks it to sign root records, local children and output receipts, and to open grants
 for named child deployers. A child deployer's signer asks it to co-sign an edge manifest; it co-signs
 only an edge that spends an open grant of its own runtime and keeps its policy. When this signer is
 the child, it asks the parent's signer over mTLS and fails closed on refusal, timeout or outage,
 leaving no record behind.
+
+Every signing call has one shape (ADR 0033): read what it needs from the state, decide in the core
+(:mod:`countersign.cosigning`), sign, and write once, conditionally (:mod:`countersign.signer_state`).
+A write another replica overtook is decided again from a fresh read; concurrent calls' writes share
+one durable commit (group commit). A call carrying a ``request_id`` is answered once: a retry, on
+this replica or another, gets the first answer back.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 import grpc
 import prometheus_client
 
-from countersign._daemon.config import parse_address, parse_operator_key, validate_daemon, validate_follower
+from countersign._daemon.config import parse_addresses, parse_operator_key
 from countersign._daemon.edge import refusal_error, servicer_edge, stream_edge
+from countersign._daemon.group_commit import GroupApply
 from countersign._daemon.lane_slots import LaneSlots
-from countersign._daemon.limits import LimitsConfig
 from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
 from countersign.client.errors import ServiceError
 from countersign.client.runtime_calls import RUNTIME_METHODS, runtime_answer
-from countersign.client.tls import TlsConfig
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal
 from countersign.cosigning import (
     CONSTRUCTION,
-    DEFAULT_MAX_SESSION_OUTPUTS,
     AgentRequest,
     ChunkBuffer,
     EarlierAnswer,
     EarlierClose,
     ReceiptRequest,
     Refusal,
-    SignerPolicy,
-    advanced,
     delegation_parent_key,
     delegation_request_refusal,
     edge_refusal,
+    edge_write,
     fanout_refusal,
     grant_request_refusal,
+    grant_write,
     local_child_refusal,
+    local_child_write,
     open_grant,
     parent_cosignature,
     parent_failure,
@@ -59,36 +63,42 @@ from countersign.cosigning import (
     peer_refusal,
     positioned,
     proposal_refusal,
+    proposal_write,
     receipt_fields,
     receipt_parent_refusal,
+    receipt_write,
     record_fields,
+    root_write,
     runtime_refusal,
+    seal_write,
     session_position,
     spend_grant,
     stream_spec,
 )
 from countersign.errors import ConfigError, ErrorCode, MalformedError
 from countersign.keys import PublicKey, Signer
-from countersign.records import (
-    MAX_DEPTH,
-    CoSignature,
-    CoSignerRole,
-    Envelope,
-    LifecycleEvent,
-    NodeRecord,
-    Path,
-    StreamChunk,
-    parse_json,
-)
+from countersign.records import CoSignature, CoSignerRole, LifecycleEvent, NodeRecord, Path, StreamChunk, parse_json
 from countersign.registry import Registry
-from countersign.verify import MAX_CLOCK_SKEW_MS
+from countersign.signer_state import (
+    RequestRecord,
+    RequestReused,
+    StateReads,
+    StateView,
+    StateWrite,
+    earlier_answer,
+    request_fingerprint,
+    request_id_problem,
+)
 from signer.backends import load_signer
+from signer.config import MAX_LANES, SignerConfig
 from signer.peers import PeerPool, Peers
-from signer.store import DEFAULT_COLLECT_BATCH, SignerStore, Transaction
+from signer.stores import SignerStateStore, open_signer_state
+
+__all__ = ["MAX_LANES", "SignerConfig", "SignerDaemon", "SignerMetrics", "SignerService"]
 
 log = logging.getLogger("countersign.signer")
 PARSED_PATH_CACHE = 1024
-MAX_LANES = 64
+MAX_PARENT_SIGNERS = 8  # addresses one AcceptDelegation may name for the parent's signer replicas
 # Every signer method carries at most a path (1 MiB, spec section 10) and small fields, so each is held
 # to this (ADR 0027); health and reflection get the server's small default.
 SIGNER_MESSAGE_BYTES = 2 << 20
@@ -97,75 +107,7 @@ METHOD_MESSAGE_BYTES = {
     for method in signer_pb2.DESCRIPTOR.services_by_name["Signer"].methods
 }
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0)
-
-
-@dataclasses.dataclass
-class SignerConfig:
-    deployer: str
-    signer_key: str
-    operator_public_key: str
-    coordinator: str
-    registry_cache: str
-    listen: str = "127.0.0.1:7401"
-    metrics_listen: str = "127.0.0.1:9401"
-    state_url: str = "sqlite:///countersign-signer.db"
-    allowed_children: list[str] = dataclasses.field(default_factory=list)
-    max_depth: int = 16
-    max_ttl_ms: int = 24 * 3_600_000
-    max_grant_ttl_ms: int = 600_000
-    max_session_outputs: int = DEFAULT_MAX_SESSION_OUTPUTS  # receipts per session (ADR 0018)
-    # One StreamReceipts call signs at most this many chunks and reads at most this many messages
-    # (a message without output still costs a read): a stream is a slot held, so it must end.
-    max_stream_chunks: int = 10_000
-    max_stream_messages: int = 100_000
-    cosign_timeout_ms: int = 2_000
-    # Lanes (countersign/client/lanes.py): at most this many open from each peer deployer's signer
-    # and from each runtime connection, and as many co-signing lanes opened to each parent; a
-    # co-signing lane idle this long is closed.
-    lanes_per_peer: int = 4
-    lane_idle_ms: int = 1_000
-    clock_skew_ms: int = 60_000
-    staleness_ms: int = 30_000
-    heartbeat_ms: int = 1_000
-    ready_file: str = ""
-    log_level: str = "info"
-    # A delegation's handler waits on the parent's signer while holding its thread, two signers may
-    # wait on each other, and each open lane from a peer holds a thread: keep enough threads that
-    # neither starves the other calls.
-    max_workers: int = 32
-    # The state collector (ADR 0026): every this often, forget rows past their expiry plus clock_skew_ms,
-    # at most collect_batch rows per table per transaction.
-    collect_interval_ms: int = 60_000
-    collect_batch: int = DEFAULT_COLLECT_BATCH
-    limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
-    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
-
-    def validate(self) -> None:
-        self.limits.validate()
-        addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
-        validate_daemon("signer", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
-        validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)
-        if not 0 <= self.max_depth <= MAX_DEPTH:
-            raise ConfigError(f"max_depth must be between 0 and {MAX_DEPTH}")
-        if self.cosign_timeout_ms < 1:
-            raise ConfigError("cosign_timeout_ms must be positive")
-        if not 1 <= self.lanes_per_peer <= MAX_LANES:
-            raise ConfigError(f"lanes_per_peer must be between 1 and {MAX_LANES}")
-        if self.lane_idle_ms < 1:
-            raise ConfigError("lane_idle_ms must be positive")
-        if self.max_session_outputs < 1:
-            raise ConfigError("max_session_outputs must be positive")
-        if self.max_stream_chunks < 1 or self.max_stream_messages < 1:
-            raise ConfigError("max_stream_chunks and max_stream_messages must be positive")
-        if self.collect_interval_ms < 1 or self.collect_batch < 1:
-            raise ConfigError("collect_interval_ms and collect_batch must be positive")
-
-    @property
-    def policy(self) -> SignerPolicy:
-        return SignerPolicy(
-            deployer=self.deployer, allowed_children=frozenset(self.allowed_children), max_depth=self.max_depth,
-            max_ttl_ms=self.max_ttl_ms, max_grant_ttl_ms=self.max_grant_ttl_ms, clock_skew_ms=self.clock_skew_ms,
-        )  # fmt: skip
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 
 
 class SignerMetrics:
@@ -189,8 +131,21 @@ class SignerMetrics:
             registry=registry, buckets=LATENCY_BUCKETS,
         )  # fmt: skip
         self.commit_latency = prometheus_client.Histogram(
-            "countersign_signer_commit_seconds", "State commits, by sync (full: survives power loss; normal)",
+            "countersign_signer_commit_seconds", "State writes from submission to durable, by sync",
             ["sync"], registry=registry, buckets=LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.commit_batch = prometheus_client.Histogram(
+            "countersign_signer_commit_batch", "Writes per durable commit (group commit)", registry=registry,
+            buckets=BATCH_BUCKETS,
+        )  # fmt: skip
+        self.conflicts = prometheus_client.Counter(
+            "countersign_signer_state_conflicts",
+            "Writes whose state another replica or call changed first (decided again), by method", ["method"],
+            registry=registry,
+        )  # fmt: skip
+        self.retries_answered = prometheus_client.Counter(
+            "countersign_signer_retries_answered", "Calls answered with their first answer (same request_id)",
+            ["method"], registry=registry,
         )  # fmt: skip
         self.state_collected = prometheus_client.Counter(
             "countersign_signer_state_collected", "Signer state rows the collector forgot, by table", ["table"],
@@ -256,9 +211,51 @@ def _agent_request(agent: signer_pb2.AgentFields, system: str) -> AgentRequest:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A signing call's identity for the state: its method, its request id ("" for none) and what it
+    asked (the fingerprint a retry must match)."""
+
+    method: str
+    request_id: str = ""
+    fingerprint: str = ""
+
+
+def _call(method: str, request: Any) -> Call:
+    """The :class:`Call` of a runtime request (a protobuf message with a ``request_id`` field)."""
+    request_id = request.request_id
+    if not request_id:
+        return Call(method)
+    problem = request_id_problem(request_id)
+    if problem is not None:
+        raise _refuse(ErrorCode.INVALID_ARGUMENT, problem)
+    asked = type(request)()
+    asked.CopyFrom(request)
+    asked.request_id = ""
+    return Call(method, request_id, request_fingerprint(method, asked.SerializeToString(deterministic=True)))
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What a call decided from one view of the state: its ``answer`` (the serialised response), the
+    ``write`` that makes it so (None: answer without writing, e.g. an edge co-signed before), and how
+    long its request id keeps the answer."""
+
+    answer: bytes
+    write: StateWrite | None = None
+    expires_ms: int = 0
+
+
+def _issue_answer(path: bytes, digest: str | None = None) -> bytes:
+    """An IssueResponse, serialised (a stored path's digest is read from it)."""
+    if digest is None:
+        digest = Path.from_bytes(path).leaf.digest()
+    return signer_pb2.IssueResponse(path=path, record_digest=digest).SerializeToString()
+
+
 class SignerService(signer_pb2_grpc.SignerServicer):
     """The signer's RPCs: each reads what it needs (the request, the registry copy, its state), asks
-    the rules in :mod:`countersign.cosigning`, and signs, stores and answers what they allow.
+    the rules in :mod:`countersign.cosigning`, signs what they allow and writes it once, conditionally.
 
     ``peers`` reaches the parents' signers (default: a :class:`PeerPool` over mTLS).
     """
@@ -267,7 +264,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self,
         config: SignerConfig,
         key: Signer,
-        store: SignerStore,
+        state: SignerStateStore,
         follower: RegistryFollower,
         metrics: SignerMetrics,
         peers: Peers | None = None,
@@ -275,13 +272,17 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._config = config
         self._policy = config.policy
         self._key = key
-        self._store = store
+        self._state = state
         self._follower = follower
         self._metrics = metrics
         self._peers = peers or PeerPool(config.tls, config.lanes_per_peer, config.lane_idle_ms / 1000)
         self._parsed: Bounded[bytes, Path] = Bounded(PARSED_PATH_CACHE)
         self._own_parents: Bounded[bytes, tuple[Path, str]] = Bounded(PARSED_PATH_CACHE)
         self._lane_slots = LaneSlots(config.lanes_per_peer, metrics.lanes)
+        self._commits: GroupApply[StateWrite, bool] | None = (
+            GroupApply(self._apply, max_batch=config.commit_batch) if state.batches else None
+        )
+        self._durable = metrics.commit_latency.labels("full")
 
     def close(self) -> None:
         self._peers.close()
@@ -291,6 +292,45 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         lanes do not hold the server for its grace period. Peers open new lanes to wherever this
         deployer's signer comes back."""
         self._lane_slots.stop()
+
+    # --- the state: read, decide, write once --------------------------------------------------------
+
+    def _apply(self, writes: Sequence[StateWrite]) -> list[bool]:
+        self._metrics.commit_batch.observe(len(writes))
+        return self._state.apply(writes)
+
+    def _commit(self, write: StateWrite) -> bool:
+        """Write durably (with concurrent calls' writes, where the store batches); False on a conflict."""
+        started = time.perf_counter()
+        applied = self._commits.submit(write) if self._commits is not None else self._apply([write])[0]
+        self._durable.observe(time.perf_counter() - started)
+        return applied
+
+    def _signing(self, call: Call, reads: StateReads, decide: Callable[[StateView], Decided]) -> bytes:
+        """Answer ``call``: its first answer if its request id was answered before; else read, decide
+        and write, again from a fresh read when the write's state moved meanwhile, at most
+        ``decide_attempts`` times (then STATE_CONFLICT, retryable: nothing was issued)."""
+        if call.request_id:
+            reads = replace(reads, request=call.request_id)
+        for _ in range(self._config.decide_attempts):
+            view = self._state.read(reads)
+            earlier = earlier_answer(view.request, call.fingerprint) if call.request_id else None
+            if isinstance(earlier, RequestReused):
+                raise _refuse(earlier.code, earlier.message)
+            if earlier is not None:
+                self._metrics.retries_answered.labels(call.method).inc()
+                return earlier
+            decided = decide(view)
+            if decided.write is None:
+                return decided.answer
+            answered = RequestRecord(call.request_id, call.fingerprint, decided.answer, decided.expires_ms)
+            if self._commit(decided.write.answering(answered if call.request_id else None)):
+                return decided.answer
+            self._metrics.conflicts.labels(call.method).inc()
+        raise _refuse(
+            ErrorCode.STATE_CONFLICT,
+            f"the state this call needs was changed concurrently {self._config.decide_attempts} times; retry",
+        )
 
     # --- reading the request and the state ------------------------------------------------------
 
@@ -323,90 +363,39 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             self._parsed.put(key, path)
         return path
 
+    def _issued_path(self, digest: str) -> bytes | None:
+        """The canonical path this deployer's signer (any replica) returned when it issued ``digest``."""
+        return self._state.read(StateReads(issued=digest)).issued
+
     def _own_parent(self, data: bytes) -> tuple[Path, str]:
-        """The path of a record this signer issued (as stored when issued), and that record's digest.
+        """The path of a record this deployer's signer issued (as stored when issued), and its digest.
 
         The stored path was checked when the record was issued and its leaf binds the prefix by
-        digest, so it is not verified again here. Kept by the digest of the bytes naming it.
+        digest, so it is not verified again here. Kept by the digest of the bytes naming it (a record,
+        once issued, never changes).
         """
         key = hashlib.sha256(data).digest()
         known = self._own_parents.get(key)
         if known is not None:
             return known
         digest = self._parse_path(data).leaf.digest()
-        stored = self._store.issued_path(digest)
+        stored = self._issued_path(digest)
         if stored is None:
             raise _refuse(ErrorCode.PARENT_UNKNOWN, "the parent record was not issued by this signer")
         known = (Path.from_bytes(stored), digest)
         self._own_parents.put(key, known)
         return known
 
-    # --- answering ------------------------------------------------------------------------------
+    def _sealed(self, fields: RecordFields, prefix: Path | None) -> tuple[Path, bytes]:
+        """A new record of this signer under ``prefix`` (None: a root), signed; its path and bytes."""
+        envelopes = () if prefix is None else prefix.envelopes
+        envelope = seal(draft_record(CONSTRUCTION, fields, self._key.key_id, envelopes), self._key)
+        path = Path((*envelopes, envelope))
+        return path, path.to_bytes()
 
-    def _response(self, envelopes: Sequence[Envelope]) -> signer_pb2.IssueResponse:
-        path = Path(tuple(envelopes))
-        return signer_pb2.IssueResponse(path=path.to_bytes(), record_digest=path.leaf.digest())
-
-    def _record(self, method: str, path: Path) -> signer_pb2.IssueResponse:
-        """Store a newly issued record that spent nothing here (a root, or an accepted delegation whose
-        child slot the parent's signer spent durably) and answer with it."""
-        data, digest = path.to_bytes(), path.leaf.digest()
-        self._store.transaction(lambda tx: tx.record_issued(digest, data, path.leaf.record.expires_ms), durable=False)
+    def _issued(self, method: str, answer: bytes) -> signer_pb2.IssueResponse:
         self._metrics.requests.labels(method, "OK").inc()
-        return signer_pb2.IssueResponse(path=data, record_digest=digest)
-
-    def _issue_local(self, parent: Path, parent_digest: str, fields: RecordFields) -> Envelope:
-        """Sign a same-deployer child of ``parent``, spending a child slot."""
-        _check(local_child_refusal(self._policy, parent))
-
-        def work(tx: Transaction) -> Envelope:
-            _check(fanout_refusal(parent.leaf.record, tx.child_count(parent_digest)))
-            envelope = seal(draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes), self._key)
-            tx.add_child(parent_digest, envelope.record.nonce)
-            tx.record_issued(
-                envelope.digest(), Path((*parent.envelopes, envelope)).to_bytes(), envelope.record.expires_ms
-            )
-            return envelope
-
-        return self._store.transaction(work)
-
-    def _issue_receipt(self, parent: Path, parent_digest: str, fields: RecordFields) -> bytes:
-        """Sign the next receipt of its session under ``parent`` and store the session's new state, in
-        one transaction: receipts spend no child slot (ADR 0018), only a place in their session.
-        Answers the new path's bytes (for a retried close, the close receipt issued before)."""
-        _check(local_child_refusal(self._policy, parent))
-        _check(receipt_parent_refusal(parent.leaf.record))
-        output = fields.output
-        assert output is not None  # a receipt's fields carry its output
-        limit = self._config.max_session_outputs
-
-        def work(tx: Transaction) -> bytes:
-            state = tx.session(parent_digest, output.session)
-            position = session_position(state, agent_digest=parent_digest, output=output, max_outputs=limit)
-            if isinstance(position, Refusal):
-                raise refusal_error(position)
-            if isinstance(position, EarlierClose):
-                return self._store_path(tx, position.digest)
-            placed = replace(fields, output=positioned(output, position[0], position[1]))
-            envelope = seal(draft_record(CONSTRUCTION, placed, self._key.key_id, parent.envelopes), self._key)
-            digest, data = envelope.digest(), Path((*parent.envelopes, envelope)).to_bytes()
-            tx.record_issued(digest, data, envelope.record.expires_ms)
-            assert envelope.record.output is not None
-            tx.store_session(advanced(state, output.session, parent_digest, envelope.record.output, digest))
-            return data
-
-        return self._store.transaction(work)
-
-    @staticmethod
-    def _store_path(tx: Transaction, digest: str) -> bytes:
-        data = tx.issued_path(digest)
-        if data is None:  # the close receipt's record was collected: nothing to answer again
-            raise _refuse(ErrorCode.SESSION_CLOSED, "the session is closed")
-        return data
-
-    def _receipt_response(self, method: str, data: bytes) -> signer_pb2.IssueResponse:
-        self._metrics.requests.labels(method, "OK").inc()
-        return signer_pb2.IssueResponse(path=data, record_digest=Path.from_bytes(data).leaf.digest())
+        return signer_pb2.IssueResponse.FromString(answer)
 
     # --- runtime RPCs ---------------------------------------------------------------------------
 
@@ -416,10 +405,15 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         self._registry()
+        call = _call("IssueRoot", request)
         agent = _agent_request(request.agent, request.agent.system)
         fields = _allowed(record_fields(self._policy, agent, None, LifecycleEvent.NEW, now_ms()))
-        envelope = seal(draft_record(CONSTRUCTION, fields, self._key.key_id, ()), self._key)
-        return self._record("IssueRoot", Path((envelope,)))
+
+        def decide(view: StateView) -> Decided:
+            path, data = self._sealed(fields, None)
+            return Decided(_issue_answer(data, path.leaf.digest()), root_write(path, data), fields.expires_ms)
+
+        return self._issued("IssueRoot", self._signing(call, StateReads(), decide))
 
     @servicer_edge
     def IssueLocalChild(
@@ -427,13 +421,53 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         self._registry()  # every signing refuses on a stale registry copy (spec 7.3), not only delegations
+        call = _call("IssueLocalChild", request)
         parent, digest = self._own_parent(request.parent_path)
         parent_record = parent.leaf.record
         agent = _agent_request(request.agent, parent_record.agent.system)
         fields = _allowed(record_fields(self._policy, agent, parent_record.expires_ms, LifecycleEvent.BRANCH, now_ms()))
-        envelope = self._issue_local(parent, digest, fields)
-        self._metrics.requests.labels("IssueLocalChild", "OK").inc()
-        return self._response([*parent.envelopes, envelope])
+        _check(local_child_refusal(self._policy, parent))
+
+        def decide(view: StateView) -> Decided:
+            _check(fanout_refusal(parent_record, view.child_count))
+            child, data = self._sealed(fields, parent)
+            write = local_child_write(parent, digest, child, data)
+            return Decided(_issue_answer(data, child.leaf.digest()), write, fields.expires_ms)
+
+        return self._issued("IssueLocalChild", self._signing(call, StateReads(children_of=digest), decide))
+
+    def _issue_receipt(
+        self, call: Call, parent: Path, parent_digest: str, fields: RecordFields,
+        answer_of: Callable[[Path, bytes], bytes],
+    ) -> bytes:  # fmt: skip
+        """Sign the next receipt of its session under ``parent`` and move the session on, in one write:
+        receipts spend no child slot (ADR 0018), only a place in their session. Answers ``answer_of``
+        the new path (for a retried close, the close receipt issued before)."""
+        _check(local_child_refusal(self._policy, parent))
+        _check(receipt_parent_refusal(parent.leaf.record))
+        output = fields.output
+        assert output is not None  # a receipt's fields carry its output
+        limit = self._config.max_session_outputs
+
+        def decide(view: StateView) -> Decided:
+            position = session_position(view.session, agent_digest=parent_digest, output=output, max_outputs=limit)
+            if isinstance(position, Refusal):
+                raise refusal_error(position)
+            if isinstance(position, EarlierClose):
+                data = self._issued_path(position.digest)
+                if data is None:  # the close receipt's record was collected: nothing to answer again
+                    raise _refuse(ErrorCode.SESSION_CLOSED, "the session is closed")
+                return Decided(answer_of(Path.from_bytes(data), data))
+            placed = replace(fields, output=positioned(output, position[0], position[1]))
+            receipt, data = self._sealed(placed, parent)
+            write = receipt_write(view.session, parent, parent_digest, receipt, data)
+            return Decided(answer_of(receipt, data), write, fields.expires_ms)
+
+        return self._signing(call, StateReads(session=(parent_digest, output.session)), decide)
+
+    @staticmethod
+    def _receipt_answer(path: Path, data: bytes) -> bytes:
+        return _issue_answer(data, path.leaf.digest())
 
     @servicer_edge
     def IssueReceipt(
@@ -441,13 +475,15 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         self._registry()
+        call = _call("IssueReceipt", request)
         parent, digest = self._own_parent(request.parent_path)
         receipt = ReceiptRequest(
             output_sha256=request.output_sha256, binding_scope=request.binding_scope, session=request.session,
             instance=request.instance, ttl_ms=request.ttl_ms,
         )  # fmt: skip
         fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
-        return self._receipt_response("IssueReceipt", self._issue_receipt(parent, digest, fields))
+        answer = self._issue_receipt(call, parent, digest, fields, self._receipt_answer)
+        return self._issued("IssueReceipt", answer)
 
     @servicer_edge
     def CloseSession(
@@ -455,13 +491,14 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         self._registry()
+        call = _call("CloseSession", request)
         parent, digest = self._own_parent(request.parent_path)
         receipt = ReceiptRequest(
             output_sha256=hashlib.sha256(b"").digest(), session=request.session, instance=request.instance,
             ttl_ms=request.ttl_ms, close=True,
         )  # fmt: skip
         fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
-        answer = self._receipt_response("CloseSession", self._issue_receipt(parent, digest, fields))
+        answer = self._issued("CloseSession", self._issue_receipt(call, parent, digest, fields, self._receipt_answer))
         log.info("session closed", extra={"parent": digest})
         return answer
 
@@ -504,37 +541,50 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         if first is None:
             return
         unit, n = _allowed(stream_spec(first.unit, first.n))
+        stream_id = first.request_id
+        if stream_id and (problem := request_id_problem(stream_id)) is not None:
+            raise _refuse(ErrorCode.INVALID_ARGUMENT, problem)
         parent, digest = self._own_parent(first.parent_path)
         buffer = ChunkBuffer(unit, n)
-
+        index = first.first_chunk  # the stream's chunk index of the next receipt
         signed = 0
 
         def sign(data: bytes, units: int, close: bool = False) -> signer_pb2.ChunkReceipt:
-            nonlocal signed
+            nonlocal signed, index
             signed += not close  # the close receipt ends the stream: it is not a chunk
             if signed > config.max_stream_chunks:
                 raise _refuse(
                     ErrorCode.RESOURCE_EXHAUSTED,
                     f"a stream signs at most {config.max_stream_chunks} chunks; continue the session in another stream",
                 )
+            output_sha256 = hashlib.sha256(data).digest()
             receipt = ReceiptRequest(
-                output_sha256=hashlib.sha256(data).digest(), session=first.session, instance=first.instance,
+                output_sha256=output_sha256, session=first.session, instance=first.instance,
                 ttl_ms=first.ttl_ms, stream=None if close else StreamChunk(unit, n, units), close=close,
             )  # fmt: skip
             fields = _allowed(receipt_fields(self._policy, parent.leaf.record, receipt, now_ms()))
-            path = Path.from_bytes(self._issue_receipt(parent, digest, fields))
-            output = path.leaf.record.output
-            assert output is not None
+            call = _chunk_call(stream_id, index, digest, first, output_sha256, units, close)
+            index += 1
+
+            def answer_of(path: Path, data: bytes) -> bytes:
+                output = path.leaf.record.output
+                assert output is not None
+                return signer_pb2.ChunkReceipt(
+                    path=data, record_digest=path.leaf.digest(), seq=output.seq, units=0 if close else units,
+                    closed=close,
+                ).SerializeToString()  # fmt: skip
+
+            answer = signer_pb2.ChunkReceipt.FromString(self._issue_receipt(call, parent, digest, fields, answer_of))
             self._metrics.requests.labels("StreamReceipts", "OK").inc()
-            return signer_pb2.ChunkReceipt(
-                path=path.to_bytes(), record_digest=path.leaf.digest(), seq=output.seq,
-                units=0 if close else units, closed=close,
-            )  # fmt: skip
+            return answer
 
         message: signer_pb2.OutputChunk | None = first
         closing = False
         while message is not None:
-            if message is not first and (message.parent_path or message.session or message.unit or message.n):
+            if message is not first and (
+                message.parent_path or message.session or message.unit or message.n or message.request_id
+                or message.first_chunk
+            ):  # fmt: skip
                 raise _refuse(ErrorCode.INVALID_ARGUMENT, "only the first message names the stream")
             pieces = _allowed(buffer.add(message.data, message.units)) if message.data or message.units else []
             for data, units in pieces:
@@ -556,15 +606,25 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._require_runtime(context)
         _check(grant_request_refusal(request.ttl_ms))
         registry = self._registry()
+        call = _call("OpenGrant", request)
         parent, digest = self._own_parent(request.parent_path)
-        child, grant_id = request.child_deployer, secrets.token_hex(16)
-        grant = _allowed(open_grant(self._policy, parent, digest, child, request.ttl_ms, registry, now_ms(), grant_id))
-        self._store.transaction(lambda tx: tx.open_grant(grant))
+        child = request.child_deployer
+
+        def decide(view: StateView) -> Decided:
+            grant_id = secrets.token_hex(16)
+            grant = _allowed(
+                open_grant(self._policy, parent, digest, child, request.ttl_ms, registry, now_ms(), grant_id)
+            )
+            answer = signer_pb2.OpenGrantResponse(
+                grant_id=grant.grant_id, parent_digest=digest, parent_key_id=self._key.key_id,
+                expires_ms=grant.expires_ms,
+            )  # fmt: skip
+            return Decided(answer.SerializeToString(), grant_write(grant), grant.expires_ms)
+
+        answer = signer_pb2.OpenGrantResponse.FromString(self._signing(call, StateReads(), decide))
         self._metrics.requests.labels("OpenGrant", "OK").inc()
-        log.info("grant opened", extra={"grant_id": grant.grant_id, "child_deployer": child, "parent": digest})
-        return signer_pb2.OpenGrantResponse(
-            grant_id=grant.grant_id, parent_digest=digest, parent_key_id=self._key.key_id, expires_ms=grant.expires_ms
-        )
+        log.info("grant opened", extra={"grant_id": answer.grant_id, "child_deployer": child, "parent": digest})
+        return answer
 
     @servicer_edge
     def AcceptDelegation(
@@ -578,83 +638,99 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     ) -> signer_pb2.IssueResponse:
         self._require_runtime(context)
         registry = self._registry()
+        call = _call("AcceptDelegation", request)
         # The parent path is not verified here: the parent's signer co-signs only a record it issued
         # (its leaf binds the prefix by digest), and the parent's co-signature is verified below.
         parent = self._parse_path(request.parent_path)
         _check(delegation_request_refusal(request.grant_id, request.parent_key_id))
         try:
-            parse_address(request.parent_signer, "parent_signer")
+            parent_signers = parse_addresses(request.parent_signer, "parent_signer")
         except ConfigError as exc:
             raise _refuse(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+        if len(parent_signers) > MAX_PARENT_SIGNERS:
+            raise _refuse(ErrorCode.INVALID_ARGUMENT, f"parent_signer names at most {MAX_PARENT_SIGNERS} addresses")
         parent_record = parent.leaf.record
         parent_key = _allowed(
             delegation_parent_key(self._policy, parent_record, request.parent_key_id, registry, now_ms())
         )
-        proposal, child_cosig, sealed = self._proposal(request, parent)
-        if sealed is not None:  # this delegation completed before; its answer may have been lost
-            self._metrics.requests.labels("AcceptDelegation", "OK").inc()
-            return signer_pb2.IssueResponse(path=sealed, record_digest=Path.from_bytes(sealed).leaf.digest())
-        parent_cosig = self._ask_parent(request, proposal, child_cosig, parent_key)
+        proposed = self._proposal(call, request, parent)
+        if isinstance(proposed, bytes):  # this delegation completed before; its answer may have been lost
+            return self._issued("AcceptDelegation", proposed)
+        proposal, child_cosig = proposed
+        parent_cosig = self._ask_parent(request, parent_signers, proposal, child_cosig, parent_key)
         envelope = seal(replace(proposal.child, cosigs=(parent_cosig, child_cosig)), self._key)
         path = Path((*parent.envelopes, envelope))
         data, digest = path.to_bytes(), envelope.digest()
 
-        def seal_edge(tx: Transaction) -> None:
-            tx.record_issued(digest, data, envelope.record.expires_ms)
-            tx.seal_proposal(request.grant_id, data)
+        def decide(view: StateView) -> Decided:
+            sealed = None if view.proposal is None else view.proposal.sealed_path
+            if sealed is not None:  # another replica sealed this very edge first (Ed25519: the same bytes)
+                return Decided(_issue_answer(sealed))
+            return Decided(
+                _issue_answer(data, digest), seal_write(request.grant_id, path, data), envelope.record.expires_ms
+            )
 
-        self._store.transaction(seal_edge, durable=False)
-        self._metrics.requests.labels("AcceptDelegation", "OK").inc()
-        log.info("delegation accepted", extra={"parent_deployer": parent_record.deployer, "record": digest})
-        return signer_pb2.IssueResponse(path=data, record_digest=digest)
+        answer = self._issued("AcceptDelegation", self._signing(call, StateReads(proposal=request.grant_id), decide))
+        log.info(
+            "delegation accepted", extra={"parent_deployer": parent_record.deployer, "record": answer.record_digest}
+        )
+        return answer
 
     def _proposal(
-        self, request: signer_pb2.AcceptDelegationRequest, parent: Path
-    ) -> tuple[EdgeProposal, CoSignature, bytes | None]:
+        self, call: Call, request: signer_pb2.AcceptDelegationRequest, parent: Path
+    ) -> tuple[EdgeProposal, CoSignature] | bytes:
         """The edge to propose under this grant: the one proposed before if this is a retry (so that a
-        parent that co-signed it but whose answer was lost answers the same again), else a new one.
+        parent that co-signed it but whose answer was lost answers the same again), else a new one,
+        kept (one conditional write) before the parent is asked. Or the answer, if the delegation was
+        sealed before (or its request id answered).
 
         Kept until it expires, so a delegation interrupted after the parent spent the grant is
         completed by retrying it, instead of leaving a spent grant and no record; and a retry after
         success returns the same record. One grant, one edge, whatever the runtime asks again.
         """
         parent_digest = parent.leaf.digest()
-        parent_record = parent.leaf.record
-
-        def propose(tx: Transaction) -> tuple[EdgeProposal, CoSignature, bytes | None]:
-            earlier = tx.proposal(request.grant_id)
+        reads = StateReads(proposal=request.grant_id, request=call.request_id or None)
+        for _ in range(self._config.decide_attempts):
+            view = self._state.read(reads)
+            earlier = earlier_answer(view.request, call.fingerprint) if call.request_id else None
+            if isinstance(earlier, RequestReused):
+                raise _refuse(earlier.code, earlier.message)
             if earlier is not None:
-                earlier_parent, child_bytes, cosig_json, sealed = earlier
-                _check(proposal_refusal(earlier_parent, parent_digest))
-                child = NodeRecord.from_json(parse_json(child_bytes))
-                cosig = CoSignature.from_json(parse_json(cosig_json))
-                return EdgeProposal(parent.leaf, child, request.parent_key_id), cosig, sealed
-            now = now_ms()
-            tx.forget_expired_proposals(now)
-            agent = _agent_request(request.agent, parent_record.agent.system)
-            fields = _allowed(record_fields(self._policy, agent, parent_record.expires_ms, LifecycleEvent.NEW, now))
+                self._metrics.retries_answered.labels(call.method).inc()
+                return earlier
+            if view.proposal is not None:
+                kept = view.proposal
+                _check(proposal_refusal(kept.parent, parent_digest))
+                if kept.sealed_path is not None:
+                    return _issue_answer(kept.sealed_path)
+                child = NodeRecord.from_json(parse_json(kept.child_record))
+                cosig = CoSignature.from_json(parse_json(kept.child_cosig))
+                return EdgeProposal(parent.leaf, child, request.parent_key_id), cosig
+            agent = _agent_request(request.agent, parent.leaf.record.agent.system)
+            fields = _allowed(
+                record_fields(self._policy, agent, parent.leaf.record.expires_ms, LifecycleEvent.NEW, now_ms())
+            )
             draft = draft_record(CONSTRUCTION, fields, self._key.key_id, parent.envelopes)
             proposal = EdgeProposal(parent.leaf, draft, request.parent_key_id)
             child_cosig = cosign(proposal, self._key, CoSignerRole.CHILD)
-            tx.save_proposal(
-                request.grant_id,
-                parent_digest,
-                proposal.child_bytes,
-                json.dumps(child_cosig.to_json()),
-                draft.expires_ms,
-            )
-            return proposal, child_cosig, None
-
-        return self._store.transaction(propose, durable=False)
+            if self._commit(
+                proposal_write(request.grant_id, parent_digest, proposal, json.dumps(child_cosig.to_json()))
+            ):
+                return proposal, child_cosig
+            self._metrics.conflicts.labels(call.method).inc()  # another replica proposed first: take its edge
+        raise _refuse(ErrorCode.STATE_CONFLICT, "the delegation's proposal was changed concurrently; retry")
 
     def _ask_parent(
         self,
         request: signer_pb2.AcceptDelegationRequest,
+        parent_signers: Sequence[str],
         proposal: EdgeProposal,
         child_cosig: CoSignature,
         parent_key: PublicKey,
     ) -> CoSignature:
-        """Ask the parent's signer for its co-signature; any failure fails the delegation closed."""
+        """Ask the parent's signer for its co-signature, at each of its addresses in turn while they
+        cannot be reached (co-signing one edge again is answered the same: spec 21.2); a refusal, or
+        no answer from any, fails the delegation closed."""
         parent_deployer = proposal.parent.record.deployer
         call = signer_pb2.CoSignEdgeRequest(
             grant_id=request.grant_id,
@@ -662,21 +738,37 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             child_record=proposal.child_bytes,
             child_cosignature=json.dumps(child_cosig.to_json()),
         )
+        failure: ServiceError | None = None
+        for address in parent_signers:
+            try:
+                response = self._ask_one(address, parent_deployer, call)
+            except ServiceError as error:
+                failure = error
+                if error.retryable:
+                    continue  # this replica cannot be reached (or timed out): ask the next
+                break
+            return _allowed(parent_cosignature(proposal, response.parent_cosignature, parent_key))
+        assert failure is not None  # parse_addresses gives at least one address
+        refusal = parent_failure(parent_deployer, failure.code, str(failure), retryable=failure.retryable)
+        raise refusal_error(refusal, details={"parent_code": failure.code})
+
+    def _ask_one(
+        self, address: str, parent_deployer: str, call: signer_pb2.CoSignEdgeRequest
+    ) -> signer_pb2.CoSignEdgeResponse:
         started = time.perf_counter()
         outcome = "error"
-        lanes = self._peers.lanes(request.parent_signer, parent_deployer)
+        lanes = self._peers.lanes(address, parent_deployer)
         try:
             response = lanes.ask(call, self._config.cosign_timeout_ms / 1000)
             outcome = "ok"
+            return response
         except ServiceError as error:
             if error.code is ErrorCode.UNAVAILABLE:  # the transport failed (a refusal carries its own code)
-                self._peers.forget(request.parent_signer, parent_deployer, lanes)
+                self._peers.forget(address, parent_deployer, lanes)
             outcome = "unreachable" if error.retryable else "refused"
-            refusal = parent_failure(parent_deployer, error.code, str(error), retryable=error.retryable)
-            raise refusal_error(refusal, details={"parent_code": error.code}) from None
+            raise
         finally:
             self._metrics.cosign_latency.labels(outcome).observe(time.perf_counter() - started)
-        return _allowed(parent_cosignature(proposal, response.parent_cosignature, parent_key))
 
     # --- peer RPC -------------------------------------------------------------------------------
 
@@ -742,27 +834,42 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         proposal = EdgeProposal(parent.leaf, child, self._key.key_id)
         _check(edge_refusal(self._policy, parent, parent_digest, proposal, child_cosig, registry, now_ms()))
         manifest_digest = sha256_digest(proposal.manifest())
-        max_children = parent.leaf.record.max_children
+        grant_id = request.grant_id
 
-        def work(tx: Transaction) -> str:
+        def decide(view: StateView) -> Decided:
             decision = spend_grant(
-                tx.grant(request.grant_id), child_deployer=child.deployer, parent_digest=parent_digest,
-                manifest_digest=manifest_digest, max_children=max_children,
-                child_count=tx.child_count(parent_digest), now_ms=now_ms(),
+                view.grant, child_deployer=child.deployer, parent_digest=parent_digest,
+                manifest_digest=manifest_digest, max_children=parent.leaf.record.max_children,
+                child_count=view.child_count, now_ms=now_ms(),
             )  # fmt: skip
             if isinstance(decision, EarlierAnswer):  # the same edge asked again (a retry): same answer
-                return decision.parent_cosig
+                return Decided(decision.parent_cosig.encode())
             _check(decision)
             if not context.is_active():  # the child gave up (deadline, cancel): do not spend the grant
                 raise _refuse(ErrorCode.CANCELLED, "the request was cancelled before the grant was spent")
             answer = json.dumps(cosign(proposal, self._key, CoSignerRole.PARENT).to_json())
-            tx.use_grant(request.grant_id, manifest_digest, answer)
-            tx.add_child(parent_digest, child.nonce)
-            return answer
+            return Decided(answer.encode(), edge_write(grant_id, parent, parent_digest, child, manifest_digest, answer))
 
-        answer = self._store.transaction(work)
-        log.info("edge co-signed", extra={"grant_id": request.grant_id, "child_deployer": child.deployer})
+        reads = StateReads(grant=grant_id, children_of=parent_digest)
+        answer = self._signing(Call("CoSignEdge"), reads, decide).decode()
+        log.info("edge co-signed", extra={"grant_id": grant_id, "child_deployer": child.deployer})
         return signer_pb2.CoSignEdgeResponse(parent_cosignature=answer)
+
+
+def _chunk_call(
+    stream_id: str, index: int, parent_digest: str, first: signer_pb2.OutputChunk, output_sha256: bytes, units: int,
+    close: bool,
+) -> Call:  # fmt: skip
+    """Chunk ``index`` of a stream as a call of its own: kept under ``<stream request id>/<index>``, with
+    what identifies the chunk (the stream's parent, session, unit, n and its output) as its fingerprint."""
+    if not stream_id:
+        return Call("StreamReceipts")
+    asked = json.dumps(
+        [parent_digest, first.session, first.unit, first.n, first.instance, first.ttl_ms, output_sha256.hex(), units,
+         close],
+        separators=(",", ":"),
+    )  # fmt: skip
+    return Call("StreamReceipts", f"{stream_id}/{index}", request_fingerprint("StreamReceipts", asked.encode()))
 
 
 class SignerDaemon:
@@ -779,10 +886,7 @@ class SignerDaemon:
             heartbeat_ms=config.heartbeat_ms,
         )
         self.metrics = SignerMetrics(self.metrics_registry, self.follower)
-        full, normal = self.metrics.commit_latency.labels("full"), self.metrics.commit_latency.labels("normal")
-        self.store = SignerStore(
-            config.state_url, on_commit=lambda durable, seconds: (full if durable else normal).observe(seconds)
-        )
+        self.store = open_signer_state(config.state_url)
         self.service = SignerService(config, self.key, self.store, self.follower, self.metrics)
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
@@ -798,19 +902,21 @@ class SignerDaemon:
         self._collector.start()
 
     def collect(self) -> dict[str, int]:
-        """One collection round: batches until a batch comes back short. Returns rows forgotten per table."""
+        """One collection round: batches until a batch comes back short. Returns rows forgotten per table.
+        Every replica collects; the stores make concurrent collection safe (ADR 0033)."""
         batch = self.config.collect_batch
         total: dict[str, int] = {}
         while not self._stop.is_set():
             # The margin covers a clock that steps back: nothing goes while this signer could still
             # believe it unexpired.
-            removed = self.store.collect_expired(now_ms() - self.config.clock_skew_ms, limit=batch)
+            removed = self.store.collect_expired(now_ms() - self.config.clock_skew_ms, batch)
             for table, count in removed.items():
                 total[table] = total.get(table, 0) + count
                 self.metrics.state_collected.labels(table).inc(count)
-            if max(removed.values()) < batch:
+            if max(removed.values(), default=0) < batch:
                 break
-        for table, count in self.store.row_counts().items():
+        counts = self.store.row_counts()
+        for table, count in (counts or {}).items():
             self.metrics.state_rows.labels(table).set(count)
         if any(total.values()):
             log.info("signer state collected", extra={"collected": total})

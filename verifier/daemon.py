@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import grpc
 import prometheus_client
 
-from countersign._daemon.config import parse_operator_key, validate_daemon, validate_follower
+from countersign._daemon.config import parse_addresses, parse_operator_key, validate_daemon, validate_follower
 from countersign._daemon.edge import servicer_edge, stream_edge
 from countersign._daemon.lane_slots import LaneSlots
 from countersign._daemon.limits import LimitsConfig
@@ -127,8 +127,9 @@ class VerifierConfig:
 
     def validate(self) -> None:
         self.limits.validate()
-        addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen, "coordinator": self.coordinator}
+        addresses = {"listen": self.listen, "metrics_listen": self.metrics_listen}
         validate_daemon("verifier", self.tls, self.operator_public_key, addresses, optional=("metrics_listen",))
+        parse_addresses(self.coordinator, "coordinator", self.tls)
         validate_follower(self.clock_skew_ms, self.registry_cache, MAX_CLOCK_SKEW_MS)
         if self.staleness_ms < 1:
             raise ConfigError("staleness_ms must be positive")

@@ -145,6 +145,20 @@ def parse_address(address: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def parse_addresses(text: str, what: str, tls: TlsConfig | None = None) -> list[str]:
+    """One ``host:port`` or several separated by commas (a service's replicas, tried in order).
+    Plaintext (``tls.insecure_loopback``) only to loopback ones. Raises ConfigError."""
+    addresses = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not address for address in addresses):
+        raise ConfigError(f"{what} must be host:port, or several separated by commas, got {text!r}")
+    for address in addresses:
+        parse_address(address, what)
+    if tls is not None:
+        for address in addresses:
+            require_loopback(tls, {what: address})
+    return addresses
+
+
 def validate_daemon(
     where: str, tls: TlsConfig, operator_public_key: str, addresses: Mapping[str, str], *, optional: tuple[str, ...]
 ) -> None:

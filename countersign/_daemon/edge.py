@@ -44,6 +44,7 @@ STATUS_OF_CODE: Final[Mapping[ErrorCode, tuple[grpc.StatusCode, bool]]] = {
     ErrorCode.BAD_COSIGNATURE: _REFUSED,
     ErrorCode.PARENT_REFUSED: _REFUSED,
     ErrorCode.SESSION_CLOSED: _REFUSED,
+    ErrorCode.STATE_CONFLICT: (grpc.StatusCode.ABORTED, True),
     ErrorCode.RESOURCE_EXHAUSTED: (grpc.StatusCode.RESOURCE_EXHAUSTED, False),  # a stream's own bounds
 }
 

@@ -16,35 +16,37 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-class _Waiter(Generic[T]):
-    __slots__ = ("error", "item", "leads", "ready")
+class _Waiter(Generic[T, R]):
+    __slots__ = ("error", "item", "leads", "ready", "result")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.ready = threading.Event()
         self.leads = False  # woken to write the next batch, not with an outcome
         self.error: BaseException | None = None
+        self.result: R | None = None
 
 
-class GroupCommit(Generic[T]):
-    """Calls ``write`` with batches of submitted items; ``write`` must write a batch all or nothing
-    (or, where the store cannot, say so to its callers: every caller of a failed batch sees the
-    failure)."""
+class GroupApply(Generic[T, R]):
+    """Calls ``write`` with batches of submitted items; ``write`` answers one result per item, in order
+    (say, whether each conditional write held). A batch is written all or nothing as far as errors go:
+    every caller of a batch whose ``write`` raised sees the error."""
 
-    def __init__(self, write: Callable[[Sequence[T]], None], *, max_batch: int = 64) -> None:
+    def __init__(self, write: Callable[[Sequence[T]], Sequence[R]], *, max_batch: int = 64) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._write = write
         self._max_batch = max_batch
         self._lock = threading.Lock()
-        self._queue: deque[_Waiter[T]] = deque()
+        self._queue: deque[_Waiter[T, R]] = deque()
         self._writing = False
 
-    def submit(self, item: T) -> None:
-        """Return once ``item`` is written; raise what the write of its batch raised."""
-        waiter = _Waiter(item)
+    def submit(self, item: T) -> R:
+        """Return ``item``'s result once its batch is written; raise what the write of its batch raised."""
+        waiter: _Waiter[T, R] = _Waiter(item)
         with self._lock:
             self._queue.append(waiter)
             leads = not self._writing
@@ -56,14 +58,18 @@ class GroupCommit(Generic[T]):
             self._write_batch()
         if waiter.error is not None:
             raise waiter.error
+        return waiter.result  # type: ignore[return-value]  # set by the batch's write
 
     def _write_batch(self) -> None:
         """Write the queue's head (the leader's own item first) and pass the lead on."""
         with self._lock:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
         error: BaseException | None = None
+        results: Sequence[R] = ()
         try:
-            self._write([waiter.item for waiter in batch])
+            results = self._write([waiter.item for waiter in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} writes answered {len(results)} results")
         except BaseException as exc:  # every caller of the batch gets it; the lead still passes on
             error = exc
         with self._lock:
@@ -73,7 +79,20 @@ class GroupCommit(Generic[T]):
                 following.ready.set()
             else:
                 self._writing = False
-        for waiter in batch:
+        for index, waiter in enumerate(batch):
             waiter.error = error
+            waiter.result = None if error is not None else results[index]
             waiter.leads = False
             waiter.ready.set()
+
+
+class GroupCommit(GroupApply[T, None]):
+    """:class:`GroupApply` for writes that answer nothing: ``write`` must write a batch all or nothing
+    (or, where the store cannot, say so to its callers: every caller of a failed batch sees the failure)."""
+
+    def __init__(self, write: Callable[[Sequence[T]], None], *, max_batch: int = 64) -> None:
+        def written(items: Sequence[T]) -> Sequence[None]:
+            write(items)
+            return [None] * len(items)
+
+        super().__init__(written, max_batch=max_batch)

@@ -6,6 +6,11 @@ from it. A served log that is shorter (rollback) or different (fork) is refused 
 copy stops counting as fresh: once no trusted heartbeat has arrived for ``staleness_ms``, the owner
 fails closed (the verifier answers ``REGISTRY_STALE``).
 
+A follower may name several coordinators (replicas serving one log, comma-separated): it follows one
+at a time and moves to the next when the stream breaks, goes silent, or the coordinator is refused;
+with several, also when the copy stays stale while connected (a coordinator that withholds or froze).
+No coordinator is trusted more than another: every statement and checkpoint is checked the same.
+
 Heartbeats are unsigned, so they only show the stream is alive. The copy is fresh only while it also
 holds an operator-signed checkpoint (countersign.checkpoint) that has not expired and that the copy
 extends: a coordinator that withholds a statement, freezes, or serves an old checkpoint makes every
@@ -56,7 +61,10 @@ class RegistryFollower:
         on_change: Callable[[Registry], None] | None = None,
     ) -> None:
         self._operator_key = operator_key
-        self._coordinator = coordinator
+        self._coordinators = [address.strip() for address in coordinator.split(",") if address.strip()]
+        if not self._coordinators:
+            raise ConfigError("coordinator must name at least one address")
+        self._next = 0  # the coordinator the next stream is opened to
         self._tls = tls
         self._cache = Path(cache_path) if cache_path else None
         self.staleness_ms = staleness_ms
@@ -188,17 +196,31 @@ class RegistryFollower:
                 backoff = 0.05
             except grpc.RpcError as exc:
                 if not self._stop.is_set():
-                    log.warning("registry stream interrupted", extra={"code": str(exc.code())})
+                    log.warning(
+                        "registry stream interrupted", extra={"code": str(exc.code()), "coordinator": self.coordinator}
+                    )
+                self._move_on()
             except (AdmissionError, MalformedError, CheckpointError) as exc:
                 self.trusted = False
                 log.error(
-                    "registry refused from coordinator", extra={"error": str(exc), "code": getattr(exc, "code", "")}
+                    "registry refused from coordinator",
+                    extra={"error": str(exc), "code": getattr(exc, "code", ""), "coordinator": self.coordinator},
                 )
+                self._move_on()
             self._stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
 
+    @property
+    def coordinator(self) -> str:
+        """The coordinator followed now (or next)."""
+        return self._coordinators[self._next % len(self._coordinators)]
+
+    def _move_on(self) -> None:
+        """Follow the next coordinator from now on (the same one, when only one is named)."""
+        self._next = (self._next + 1) % len(self._coordinators)
+
     def _stream_once(self) -> None:
-        channel = open_channel(self._coordinator, self._tls, coordinator_dns())
+        channel = open_channel(self.coordinator, self._tls, coordinator_dns())
         try:
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
             request = coordinator_pb2.WatchRequest(from_sequence=self.sequence, heartbeat_ms=self._heartbeat_ms)
@@ -223,14 +245,24 @@ class RegistryFollower:
     def _watchdog(self, call: grpc.Future) -> None:
         """Cancel a stream that went silent (no statement or heartbeat for three intervals)."""
         limit = max(3 * self._heartbeat_ms / 1000, 1.0)
+        stale_since: float | None = None
         while call.running() if hasattr(call, "running") else True:
             if self._stop.wait(limit / 3):
                 call.cancel()
                 return
             if time.monotonic() - self._last_event > limit:
-                log.warning("registry stream silent; reconnecting")
+                log.warning("registry stream silent; reconnecting", extra={"coordinator": self.coordinator})
                 call.cancel()
                 return
+            if len(self._coordinators) > 1 and not self.view()[1]:
+                stale_since = stale_since or time.monotonic()
+                if time.monotonic() - stale_since > limit:
+                    log.warning("registry copy stale while connected; trying the next coordinator",
+                                extra={"coordinator": self.coordinator})  # fmt: skip
+                    call.cancel()
+                    return
+            else:
+                stale_since = None
             if call.done():
                 return
 

@@ -24,13 +24,13 @@ Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
 """
 
 from countersign.client.errors import ServiceError
+from countersign.client.failover import RetryPolicy
 from countersign.client.handoff import Delegation, HandoffError
 from countersign.client.operator import AsyncOperatorClient, OperatorClient
 from countersign.client.results import Grant, ImpactAnswer, SessionVerifierVerdict, VerifierVerdict
 from countersign.client.retry import (
     Attempt,
     IssueOutcome,
-    RetryPolicy,
     VerifyOutcome,
     delegate_with_retry,
     verify_with_failover,

@@ -47,8 +47,10 @@ MAX_HANDOFF_CHARS: Final = 64 * 1024
 HANDOFF_KEYS: Final = frozenset(
     {"v", "parent_path", "grant_id", "parent_digest", "parent_key_id", "parent_signer", "child_deployer", "expires_ms"}
 )
-# host:port, a name or an IPv4 address or an IPv6 address in brackets; no spaces, no scheme, no path.
-SIGNER_ADDRESS_PATTERN: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
+# host:port, a name or an IPv4 address or an IPv6 address in brackets; no spaces, no scheme, no path;
+# or up to eight of them separated by commas (the parent signer's replicas, spec 18).
+_ONE_ADDRESS = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}"
+SIGNER_ADDRESS_PATTERN: Final = re.compile(rf"{_ONE_ADDRESS}(?:,{_ONE_ADDRESS}){{0,7}}")
 _BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]*")
 
 
@@ -79,8 +81,8 @@ def _field(value: object, pattern: re.Pattern[str], name: str) -> str:
     return value
 
 
-def _port_ok(address: str) -> bool:
-    return 0 < int(address.rpartition(":")[2]) <= 65_535
+def _port_ok(addresses: str) -> bool:
+    return all(0 < int(address.rpartition(":")[2]) <= 65_535 for address in addresses.split(","))
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Delegation:
 
     parent: Path
     grant: Grant
-    parent_signer: str  # host:port at which the child deployer's signer reaches the parent's signer
+    parent_signer: str  # host:port (or several, comma-separated) where the child's signer reaches the parent's
 
     def __post_init__(self) -> None:
         self._check()

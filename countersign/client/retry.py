@@ -1,5 +1,5 @@
-"""The client retry, deadline and failover policy (documented in docs/zones.md; the zone scenarios
-measure it under partitions, loss and replica kills).
+"""Retrying whole operations across replicas under the client policy (:mod:`countersign.client.failover`;
+the zone scenarios measure it under partitions, loss and replica kills).
 
 * Every attempt has its own deadline (``attempt_timeout_s``); the whole operation has an overall
   deadline (``deadline_s``) and an attempt budget.
@@ -23,12 +23,12 @@ measure it under partitions, loss and replica kills).
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from countersign.client.errors import ServiceError
+from countersign.client.failover import RETRYABLE_CODES, RetryPolicy
 from countersign.client.results import Grant
 from countersign.client.signer import SignerClient
 from countersign.client.verifier import VerifierClient, new_request_id
@@ -37,24 +37,8 @@ from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path
 from countersign.verify import OutputDigest
 
-RETRYABLE_CODES = frozenset(
-    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "STATE_UNAVAILABLE", "PARENT_UNREACHABLE", "REGISTRY_STALE"}
-)
 # Failures after which the request may have reached a verifier and been acted on.
 MAYBE_DELIVERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "STATE_UNAVAILABLE", "CANCELLED", "INTERNAL"})
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 8
-    attempt_timeout_s: float = 3.0
-    deadline_s: float = 30.0
-    backoff_base_s: float = 0.05
-    backoff_max_s: float = 1.0
-
-    def backoff(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, min(max, base × 2^attempt)]."""
-        return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))  # noqa: S311
 
 
 @dataclass

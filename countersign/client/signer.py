@@ -1,21 +1,34 @@
 """A deployer's runtime talking to its own signer: issue roots, local children and receipts, open a
-grant for another deployer, accept another deployer's grant (the co-signed delegation)."""
+grant for another deployer, accept another deployer's grant (the co-signed delegation).
+
+The signer may run as several replicas (ADR 0033): a client names them all (or one DNS name with
+several addresses), sends each signing call with a ``request_id``, and when a replica cannot answer,
+retries the call at the next one under the same id, so a retry gets the first answer back and never
+a second record (:mod:`countersign.client.failover`). A stream broken mid-way is resumed at the next
+replica from its first unanswered chunk, the chunks already signed answered again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
-from countersign.client.errors import from_rpc_error
-from countersign.client.lanes import Lanes, unary
+from countersign.client.errors import ServiceError, from_rpc_error
+from countersign.client.failover import RETRYABLE_CODES, RetryPolicy, addresses_of
+from countersign.client.lanes import Lanes, aio_unary, unary
 from countersign.client.results import Grant
 from countersign.client.runtime_calls import RUNTIME_CALLS, RUNTIME_METHODS, runtime_answer
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, signer_dns
+from countersign.client.verifier import new_request_id
 from countersign.records import Path
 
 # --- requests and answers, shared by the sync and the asyncio client --------------------------
@@ -102,61 +115,203 @@ def _close_request(parent: Path, session: str, ttl_ms: int) -> signer_pb2.CloseS
     return signer_pb2.CloseSessionRequest(parent_path=parent.to_bytes(), session=session, ttl_ms=ttl_ms)
 
 
-def _output_chunks(
-    parent: Path, pieces: Iterable[bytes | tuple[bytes, int]], session: str, unit: str, n: int, close: bool
-) -> Iterator[signer_pb2.OutputChunk]:
-    """The stream's messages: the first names the stream, each carries a piece (bytes, or bytes with
-    its token count), and with ``close`` a last message closes the session."""
-    yield signer_pb2.OutputChunk(parent_path=parent.to_bytes(), session=session, unit=unit, n=n)
-    for piece in pieces:
-        yield _piece(piece)
-    if close:
-        yield signer_pb2.OutputChunk(close=True)
-
-
-def _piece(piece: bytes | tuple[bytes, int]) -> signer_pb2.OutputChunk:
-    data, units = (piece, 0) if isinstance(piece, bytes) else piece
-    return signer_pb2.OutputChunk(data=data, units=units)
-
-
 def _chunk_receipt(answer: signer_pb2.ChunkReceipt) -> ChunkReceipt:
     return ChunkReceipt(Path.from_bytes(answer.path), answer.seq, answer.units, answer.closed)
 
 
-# --- clients ----------------------------------------------------------------------------------
+class _ResumableStream:
+    """One ``StreamReceipts`` call that survives its replica: the pieces sent but not yet covered by a
+    receipt are kept, so a broken stream is sent again from its first unanswered chunk (``first_chunk``)
+    under the same ``request_id``; the signer answers chunks it signed already with their receipts.
+
+    ``messages()`` is consumed by gRPC on its own thread while the caller reads answers: ``_lock`` keeps
+    the two apart, and each attempt's generator stops once a newer attempt began."""
+
+    def __init__(
+        self, parent: Path, pieces: Iterable[bytes | tuple[bytes, int]], session: str, unit: str, n: int, close: bool
+    ) -> None:
+        self._parent, self._session, self._unit, self._n, self._close = parent.to_bytes(), session, unit, n, close
+        self._source = iter(pieces)
+        self._request_id = new_request_id()
+        self._unanswered: deque[tuple[bytes, int]] = deque()  # (data, units) sent, no receipt yet
+        self._exhausted = False
+        self._attempt = 0
+        self._lock = threading.Lock()
+        self.receipts: list[ChunkReceipt] = []
+
+    def messages(self) -> Iterator[signer_pb2.OutputChunk]:
+        """This attempt's messages: the stream's header, what is unanswered, then the rest as it comes."""
+        with self._lock:
+            self._attempt += 1
+            attempt = self._attempt
+            resend = list(self._unanswered)
+            first = signer_pb2.OutputChunk(
+                parent_path=self._parent, session=self._session, unit=self._unit, n=self._n,
+                request_id=self._request_id, first_chunk=len(self.receipts),
+            )  # fmt: skip
+        yield first
+        for data, units in resend:
+            yield signer_pb2.OutputChunk(data=data, units=units)
+        while True:
+            with self._lock:
+                if attempt != self._attempt:
+                    return  # a newer attempt took over
+                if self._exhausted:
+                    break
+                piece = next(self._source, None)
+                if piece is None:
+                    self._exhausted = True
+                    break
+                data, units = (piece, 0) if isinstance(piece, bytes) else piece
+                self._unanswered.append((data, len(data) if self._unit == "bytes" else units))
+            yield signer_pb2.OutputChunk(data=data, units=units)
+        if self._close:
+            yield signer_pb2.OutputChunk(close=True)
+
+    def answered(self, answer: signer_pb2.ChunkReceipt) -> None:
+        """A receipt arrived: what it covers is no longer kept for a resend."""
+        receipt = _chunk_receipt(answer)
+        with self._lock:
+            self.receipts.append(receipt)
+            left = receipt.units
+            while left > 0 and self._unanswered:
+                data, units = self._unanswered[0]
+                if units <= left:
+                    self._unanswered.popleft()
+                    left -= units
+                else:  # bytes: a piece split across chunks keeps its unanswered tail
+                    self._unanswered[0] = (data[left:], units - left)
+                    left = 0
+
+
+class _Replica:
+    """One address of a deployer's signer: a kept channel, its stub and its runtime lanes."""
+
+    def __init__(self, address: str, tls: TlsConfig, deployer: str, lanes: int, lane_idle_s: float) -> None:
+        self.address = address
+        self.channel = open_channel(address, tls, signer_dns(deployer))
+        self.stub = signer_pb2_grpc.SignerStub(self.channel)
+        self.lanes: Lanes[signer_pb2.RuntimeCall, signer_pb2.RuntimeAnswer] | None = (
+            Lanes(self.stub.RuntimeCalls, lanes, lane_idle_s, self._unary_call) if lanes > 0 else None
+        )
+
+    def call(self, method: str, request: Any, timeout_s: float) -> Any:
+        runtime_call = signer_pb2.RuntimeCall(**{RUNTIME_CALLS[method]: request})
+        if self.lanes is not None:
+            answer = self.lanes.ask(runtime_call, timeout_s)
+        else:
+            answer = self._unary_call(runtime_call, timeout_s)
+        return answer.grant if method == "OpenGrant" else answer.issued
+
+    def _unary_call(self, call: signer_pb2.RuntimeCall, timeout_s: float) -> signer_pb2.RuntimeAnswer:
+        kind = call.WhichOneof("call")
+        assert kind is not None  # built by call() from RUNTIME_CALLS
+        method = RUNTIME_METHODS[kind]
+        return runtime_answer(method, unary(getattr(self.stub, method))(getattr(call, kind), timeout_s))
+
+    def stream(self, stream: _ResumableStream, timeout_s: float) -> list[ChunkReceipt]:
+        try:
+            for answer in self.stub.StreamReceipts(stream.messages(), timeout=timeout_s):
+                stream.answered(answer)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return stream.receipts
+
+    def close(self) -> None:
+        if self.lanes is not None:
+            self.lanes.close()
+        self.channel.close()
+
+
+def _retryable(error: ServiceError) -> bool:
+    return error.retryable or error.code in RETRYABLE_CODES
+
+
+R = TypeVar("R")
+
+
+class _Failover:
+    """Which replica to ask next: the one that answered last, then the others in turn (wrapping)."""
+
+    def __init__(self, count: int, policy: RetryPolicy) -> None:
+        self._count = count
+        self._policy = policy
+        self._preferred = 0
+        self._lock = threading.Lock()
+
+    def plan(self, timeout_s: float, *, whole: bool = False) -> Iterator[tuple[int, float, float]]:
+        """(replica, attempt timeout, pause before it) for each attempt within ``timeout_s`` and the
+        policy's attempts: a replica not yet asked in this call is asked at once, a second round after
+        a backoff. Each attempt gets at most the policy's ``attempt_timeout_s`` (so a replica that hangs
+        costs that, not the call), unless ``whole`` (a stream: it gets what is left)."""
+        with self._lock:
+            start = self._preferred
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(max(self._policy.attempts, 1)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            pause = self._policy.backoff(attempt) if attempt >= self._count else 0.0
+            attempt_s = remaining if whole else min(remaining, self._policy.attempt_timeout_s)
+            yield (start + attempt) % self._count, attempt_s, pause
+
+    def answered(self, index: int) -> None:
+        with self._lock:
+            self._preferred = index
 
 
 @dataclass
 class SignerClient:
     """A deployer's runtime talking to its own signer: over up to ``lanes`` runtime lanes
-    (``RuntimeCalls`` streams, ADR 0008), or with ``lanes=0`` one unary call per request.
+    (``RuntimeCalls`` streams, ADR 0008) per replica, or with ``lanes=0`` one unary call per request.
+
+    ``address``: the signer's ``host:port``, its replicas' addresses (a list, or one string separated by
+    commas), or one DNS name with several addresses. Each call carries a fresh ``request_id``; a call a
+    replica cannot answer (its error is retryable) is sent again, under the same id, to the next replica,
+    within the call's ``timeout_s`` and ``retry`` (:class:`RetryPolicy`: attempts, each at most its
+    ``attempt_timeout_s``, backoff between rounds): the runtime sees one answer, never two records.
 
     Every method raises :class:`countersign.client.ServiceError` (its ``code`` an
-    :class:`countersign.errors.ErrorCode`) when the signer refuses or cannot be reached."""
+    :class:`countersign.errors.ErrorCode`) when the signer refuses, or no replica answered in time."""
 
-    address: str
+    address: str | Sequence[str]
     tls: TlsConfig
     deployer: str
     lanes: int = 4
     lane_idle_s: float = 1.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
-        self._channel = open_channel(self.address, self.tls, signer_dns(self.deployer))
-        self._stub = signer_pb2_grpc.SignerStub(self._channel)
-        self._lanes: Lanes[signer_pb2.RuntimeCall, signer_pb2.RuntimeAnswer] | None = (
-            Lanes(self._stub.RuntimeCalls, self.lanes, self.lane_idle_s, self._unary_call) if self.lanes > 0 else None
+        self._replicas = [_Replica(a, self.tls, self.deployer, self.lanes, self.lane_idle_s) for a in self.addresses]
+        self._failover = _Failover(len(self._replicas), self.retry)
+
+    @property
+    def addresses(self) -> list[str]:
+        """The signer's replicas, in the order they are tried."""
+        return addresses_of(self.address)
+
+    def _with_failover(self, ask: Callable[[_Replica, float], R], timeout_s: float, *, whole: bool = False) -> R:
+        last: ServiceError | None = None
+        for index, attempt_s, pause in self._failover.plan(timeout_s, whole=whole):
+            if pause:
+                time.sleep(pause)
+            try:
+                answer = ask(self._replicas[index], attempt_s)
+            except ServiceError as error:
+                if not _retryable(error):
+                    raise
+                last = error
+                continue
+            self._failover.answered(index)
+            return answer
+        raise last or ServiceError(
+            "DEADLINE_EXCEEDED", "no signer replica answered in time", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
         )
 
     def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
-        call = signer_pb2.RuntimeCall(**{RUNTIME_CALLS[method]: request})
-        answer = self._lanes.ask(call, timeout_s) if self._lanes is not None else self._unary_call(call, timeout_s)
-        return answer.grant if method == "OpenGrant" else answer.issued
-
-    def _unary_call(self, call: signer_pb2.RuntimeCall, timeout_s: float) -> signer_pb2.RuntimeAnswer:
-        kind = call.WhichOneof("call")
-        assert kind is not None  # built by _call from RUNTIME_CALLS
-        method = RUNTIME_METHODS[kind]
-        return runtime_answer(method, unary(getattr(self._stub, method))(getattr(call, kind), timeout_s))
+        if not request.request_id:
+            request.request_id = new_request_id()  # one id for every attempt of this call
+        return self._with_failover(lambda replica, attempt_s: replica.call(method, request, attempt_s), timeout_s)
 
     def root(
         self,
@@ -206,7 +361,7 @@ class SignerClient:
         timeout_s: float = 10.0,
     ) -> Path:
         """The child record under another deployer's ``parent``, co-signed by that deployer's signer
-        at ``parent_signer`` (host:port) under ``grant``."""
+        at ``parent_signer`` (host:port, or its replicas' separated by commas) under ``grant``."""
         request = _accept_request(parent, grant, parent_signer, instance, ttl_ms, max_children)
         return _path(self._call("AcceptDelegation", request, timeout_s))
 
@@ -229,17 +384,14 @@ class SignerClient:
     ) -> list[ChunkReceipt]:
         """Send a stream's ``pieces`` as they are emitted (bytes; for ``unit="tokens"`` each with its
         token count) and receive one receipt per ``n`` units, the rest in a short last chunk, and with
-        ``close`` the close receipt. Raises :class:`ServiceError` as IssueReceipt would."""
-        requests = _output_chunks(parent, pieces, session, unit, n, close)
-        try:
-            return [_chunk_receipt(a) for a in self._stub.StreamReceipts(requests, timeout=timeout_s)]
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        ``close`` the close receipt. A replica lost mid-stream is replaced by the next, which carries
+        on from the first chunk without a receipt. Raises :class:`ServiceError` as IssueReceipt would."""
+        stream = _ResumableStream(parent, pieces, session, unit, n, close)
+        return self._with_failover(lambda replica, attempt_s: replica.stream(stream, attempt_s), timeout_s, whole=True)
 
     def close(self) -> None:
-        if self._lanes is not None:
-            self._lanes.close()
-        self._channel.close()
+        for replica in self._replicas:
+            replica.close()
 
     def __enter__(self) -> SignerClient:
         return self
@@ -250,25 +402,57 @@ class SignerClient:
         self.close()
 
 
+class _AsyncReplica:
+    def __init__(self, address: str, tls: TlsConfig, deployer: str) -> None:
+        self.address = address
+        self.channel = open_aio_channel(address, tls, signer_dns(deployer))
+        self.stub = signer_pb2_grpc.SignerStub(self.channel)
+
+
 @dataclass(eq=False)
 class AsyncSignerClient:
     """:class:`SignerClient` on ``grpc.aio``, for runtimes that run on an event loop: the same methods
-    as coroutines, the same results and errors. Each call is one unary RPC (no lanes). Create it inside
-    the running event loop; close it with ``await close()`` or ``async with``."""
+    as coroutines, the same replicas, request ids and failover, the same results and errors. Each call
+    is one unary RPC (no lanes). Create it inside the running event loop; close it with
+    ``await close()`` or ``async with``."""
 
-    address: str
+    address: str | Sequence[str]
     tls: TlsConfig
     deployer: str
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
-        self._channel = open_aio_channel(self.address, self.tls, signer_dns(self.deployer))
-        self._stub = signer_pb2_grpc.SignerStub(self._channel)
+        self._replicas = [_AsyncReplica(a, self.tls, self.deployer) for a in addresses_of(self.address)]
+        self._failover = _Failover(len(self._replicas), self.retry)
+
+    async def _with_failover(
+        self, ask: Callable[[_AsyncReplica, float], Awaitable[R]], timeout_s: float, *, whole: bool = False
+    ) -> R:
+        last: ServiceError | None = None
+        for index, attempt_s, pause in self._failover.plan(timeout_s, whole=whole):
+            if pause:
+                await asyncio.sleep(pause)
+            try:
+                answer = await ask(self._replicas[index], attempt_s)
+            except ServiceError as error:
+                if not _retryable(error):
+                    raise
+                last = error
+                continue
+            self._failover.answered(index)
+            return answer
+        raise last or ServiceError(
+            "DEADLINE_EXCEEDED", "no signer replica answered in time", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
+        )
 
     async def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        if not request.request_id:
+            request.request_id = new_request_id()
+
+        async def ask(replica: _AsyncReplica, attempt_s: float) -> Any:
+            return await aio_unary(getattr(replica.stub, method))(request, attempt_s)
+
+        return await self._with_failover(ask, timeout_s)
 
     async def root(
         self,
@@ -337,15 +521,22 @@ class AsyncSignerClient:
         close: bool = False,
         timeout_s: float = 60.0,
     ) -> list[ChunkReceipt]:
-        """See :meth:`SignerClient.stream_receipts`."""
-        requests = _output_chunks(parent, pieces, session, unit, n, close)
-        try:
-            return [_chunk_receipt(a) async for a in self._stub.StreamReceipts(requests, timeout=timeout_s)]
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        """See :meth:`SignerClient.stream_receipts` (``pieces`` is a plain iterable, read as sent)."""
+        stream = _ResumableStream(parent, pieces, session, unit, n, close)
+
+        async def ask(replica: _AsyncReplica, attempt_s: float) -> list[ChunkReceipt]:
+            try:
+                async for answer in replica.stub.StreamReceipts(stream.messages(), timeout=attempt_s):
+                    stream.answered(answer)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+            return stream.receipts
+
+        return await self._with_failover(ask, timeout_s, whole=True)
 
     async def close(self) -> None:
-        await self._channel.close()
+        for replica in self._replicas:
+            await replica.channel.close()
 
     async def __aenter__(self) -> AsyncSignerClient:
         return self

@@ -83,6 +83,7 @@ def test_every_export_of_the_demo_path_reads_back(export: FilePath) -> None:
     assert "sha256:" + statement.pb.subject[0].digest["sha256"] == leaf.output.sha256
     assert b"actedOnBehalfOf" in outputs["prov-n"]
     assert b"prov:qualifiedDelegation" in outputs["prov-o"]
+    assert b"prov:actedOnBehalfOf" in outputs["prov-o"]  # the unqualified form too (issue 29)
     assert json.loads(outputs["prov-json"])["actedOnBehalfOf"]
     assert base64.b64decode(json.loads(lines[0])["payload"]).startswith(b'{"agent":')
 

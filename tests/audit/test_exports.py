@@ -23,6 +23,7 @@ from prov.model import (
     ProvActivity,
     ProvAgent,
     ProvAttribution,
+    ProvCommunication,
     ProvDelegation,
     ProvDerivation,
     ProvDocument,
@@ -39,7 +40,7 @@ from countersign.export.dsse import dsse_envelopes
 from countersign.export.intoto import PREDICATE_TYPE
 from countersign.records import PAYLOAD_TYPE_EDGE, PAYLOAD_TYPE_NODE, Construction, Path
 from countersign.registry import Registry
-from tests.audit.material import HOSTILE, OUTPUT, mesh, sample_path, with_instance
+from tests.audit.material import HOSTILE, OUTPUT, mesh, receipts, sample_path, with_instance
 from tests.core.strategies import MESH, valid_paths
 
 pytestmark = pytest.mark.offline
@@ -294,3 +295,63 @@ def test_export_package_is_pure_core(module: FilePath) -> None:
             assert name.split(".")[0] not in FORBIDDEN_IMPORTS, f"{module.name} imports {name}"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id not in {"open", "print", "input", "exec", "eval"}, f"{module.name} calls {node.func.id}"
+
+
+# --- PROV-O as an RDF tool queries it (issue 29) ---------------------------------------------------
+
+PROV_PREFIX = "PREFIX prov: <http://www.w3.org/ns/prov#>\n"
+
+
+def _receipt_path() -> Path:
+    """A path whose last edge is the agent's own output receipt: the same agent, not a delegation."""
+    m = mesh()
+    return receipts(m, sample_path(m, depth=3), [b"the writer's turn\n"])[0]
+
+
+def _instance(record: Any) -> str:
+    return f"urn:countersign:prov:instance:{record.deployer}/{record.agent.instance}"
+
+
+def test_prov_o_answers_acted_on_behalf_of_for_each_delegation_and_never_for_itself() -> None:
+    path = _receipt_path()
+    records = [e.record for e in path.envelopes]
+    assert (records[3].deployer, records[3].agent) == (records[2].deployer, records[2].agent)  # the receipt
+    graph = rdflib.Graph().parse(data=prov_bytes(path, "prov-o").decode(), format="turtle")
+    between_agents = graph.query(PROV_PREFIX + """
+        SELECT ?child ?parent WHERE {
+            ?child prov:actedOnBehalfOf ?parent . ?child a prov:SoftwareAgent . ?parent a prov:SoftwareAgent .
+        }""")  # fmt: skip
+    expected = {(_instance(records[i]), _instance(records[i - 1])) for i in (1, 2)}
+    assert {(str(c), str(p)) for c, p in between_agents} == expected  # one per delegation: not the receipt edge
+    assert not list(graph.query(PROV_PREFIX + "SELECT ?a WHERE { ?a prov:actedOnBehalfOf ?a }"))
+    hosting = graph.query(PROV_PREFIX + """
+        SELECT ?instance ?deployer WHERE { ?instance prov:actedOnBehalfOf ?deployer . ?deployer a prov:Organization }
+    """)  # fmt: skip
+    assert {(str(i), str(d).rsplit(":", 1)[1]) for i, d in hosting} == {(_instance(r), r.deployer) for r in records}
+    # The unqualified statements say what the qualified ones do (PROV-O asserts both).
+    qualified = graph.query(
+        PROV_PREFIX
+        + """
+        SELECT ?child ?parent WHERE { ?child prov:qualifiedDelegation ?d . ?d prov:agent ?parent }"""
+    )
+    binary = graph.query(PROV_PREFIX + "SELECT ?child ?parent WHERE { ?child prov:actedOnBehalfOf ?parent }")
+    assert set(qualified) == set(binary)
+    associated = graph.query(PROV_PREFIX + "SELECT ?run ?agent WHERE { ?run prov:wasAssociatedWith ?agent }")
+    assert sorted(str(a) for _, a in associated) == sorted(_instance(r) for r in records)
+    informed = graph.query(PROV_PREFIX + """
+        SELECT ?later ?earlier WHERE { ?later prov:wasInformedBy ?earlier . ?q prov:activity ?earlier .
+                                       ?later prov:qualifiedCommunication ?q }""")  # fmt: skip
+    runs = [f"urn:countersign:prov:run:sha256-{e.digest()[7:]}" for e in path.envelopes]
+    assert {(str(later), str(earlier)) for later, earlier in informed} == {(runs[3], runs[2])}
+
+
+def test_prov_has_no_delegation_from_an_agent_to_itself() -> None:
+    path = _receipt_path()
+    doc = prov_document(path)
+    delegations = [d for d in _records(doc, ProvDelegation) if d.identifier.localpart.startswith("delegation-")]
+    assert len(delegations) == 2
+    assert all(_attr(d, "delegate") != _attr(d, "responsible") for d in delegations)
+    (continuation,) = _records(doc, ProvCommunication)
+    assert {k.localpart: str(v) for k, v in continuation.extra_attributes} == {"edge": "same-agent"}
+    for fmt, (kind, options) in PROV_READ.items():
+        assert ProvDocument.deserialize(content=prov_bytes(path, fmt).decode(), format=kind, **options) == doc

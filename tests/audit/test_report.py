@@ -220,3 +220,77 @@ def test_report_on_output_mismatch_marks_the_leaf(hostile: FilePath) -> None:
     assert code == 1
     (offending,) = page.with_class("g", "offending")
     assert offending["data-index"] == "3"
+
+
+@pytest.mark.parametrize("given", ["receipts", "out"], ids=["receipts-dir", "sample-session-dir"])
+def test_the_receipt_files_sample_session_writes_are_the_session(tmp_path: FilePath, given: str) -> None:
+    """Issue 29: report --session rejected the receipt files that sample-session writes and
+    verify-session reads (envelopes, each under the agent path given as --path)."""
+    out = tmp_path / "session"
+    made = cli("sample-session", "--outputs", "3", "--closed", "--out", str(out), "--seed", "report")
+    assert made.returncode == 0, made.stderr
+    verified = cli("verify-session", "--path", str(out / "agent.json"), "--receipts", str(out / "receipts"),
+                   "--registry", str(out / "registry.json"), "--closed")  # fmt: skip
+    assert json.loads(verified.stdout)["verdict"] == "ACCEPT", verified.stdout
+    page_file = tmp_path / "report.html"
+    session = out / "receipts" if given == "receipts" else out
+    result = cli("report", "--path", str(out / "agent.json"), "--registry", str(out / "registry.json"),
+                 "--session", str(session), "--html", str(page_file))  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [cells for css, cells in Page(page_file.read_text()).rows if "receipt" in css.split()]
+    assert [cells[0] for cells in rows] == ["0", "1", "2", "3"]
+    assert [cells[2] for cells in rows] == ["000000.json", "000001.json", "000002.json", "000003.json"]
+    assert [cells[7] for cells in rows] == ["first of the session", "follows seq 0", "follows seq 1", "follows seq 2"]
+    assert all(cells[8] == "ACCEPT (output bytes not checked)" for cells in rows), rows
+
+
+def test_a_receipt_envelope_under_no_record_of_the_path_says_so(tmp_path: FilePath) -> None:
+    out = tmp_path / "session"
+    assert cli("sample-session", "--outputs", "1", "--out", str(out)).returncode == 0
+    other = tmp_path / "other"
+    assert cli("sample-session", "--outputs", "1", "--out", str(other)).returncode == 0
+    page_file = tmp_path / "report.html"
+    result = cli("report", "--path", str(other / "agent.json"), "--session", str(out / "receipts"),
+                 "--html", str(page_file))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (row,) = [cells for css, cells in Page(page_file.read_text()).rows if "receipt" in css.split()]
+    assert row[8].startswith("a receipt envelope issued under no record of --path")
+
+
+def test_a_path_that_does_not_parse_is_rejected_as_a_whole_not_at_none(tmp_path: FilePath) -> None:
+    """Issue 29: report printed "at None" for a malformed path."""
+    write_evidence(tmp_path, sample_path(mesh()))
+    (tmp_path / "path.json").write_text((tmp_path / "path.json").read_text()[:-20])
+    page_file = tmp_path / "report.html"
+    result = cli("report", "--path", str(tmp_path / "path.json"), "--html", str(page_file))
+    assert result.returncode == 1
+    assert "None" not in result.stdout
+    assert result.stdout.strip().endswith("verdict REJECT MALFORMED (the path as a whole)"), result.stdout
+    assert "(the path as a whole)" in "".join(Page(page_file.read_text()).text)
+
+
+def test_an_accept_whose_records_need_revalidation_is_not_shown_green(hostile: FilePath) -> None:
+    """Issue 29: the verdict box stayed green while records below it needed revalidation."""
+    path = Path.from_bytes((hostile / "path.json").read_bytes())
+    digests = [e.digest() for e in path.envelopes]
+    impact = {
+        "query": {"key": path.envelopes[1].key_id},
+        "records": [{"digest": d, "status": "NEEDS_REVALIDATION", "depends_on": []} for d in digests[1:]],
+        "verdicts": [],
+    }
+    (hostile / "impact.json").write_text(json.dumps(impact))
+    page_file = hostile / "impact.html"
+    result = cli("report", "--path", str(hostile / "path.json"), "--output", str(hostile / "output.bin"),
+                 "--registry-log", str(hostile / "registry-log.json"), "--operator", str(hostile / "operator.pub.json"),
+                 "--at-evidence-time", "--impact", str(hostile / "impact.json"), "--html", str(page_file))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "verdict ACCEPT; 3 record(s) of the path need revalidation" in result.stdout
+    page = Page(page_file.read_text())
+    (verdict,) = page.with_class("section", "verdict")
+    assert verdict["class"].split() == ["verdict", "accept", "needs-revalidation"]
+    assert "3 record(s) of this path need revalidation (1, 2, 3" in "".join(page.text)
+    # without an impact file, or with one that flags nothing on this path, the accept stands alone
+    (hostile / "impact.json").write_text(json.dumps({**impact, "records": []}))
+    code, _, page = report(hostile, "--impact", str(hostile / "impact.json"))
+    (verdict,) = page.with_class("section", "verdict")
+    assert (code, verdict["class"].split()) == (0, ["verdict", "accept"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -176,7 +177,9 @@ def test_inspect_prints_a_tree_with_cosigners(sample: Path) -> None:
 def test_conformance_json_reports_every_cell_and_the_pattern() -> None:
     result = cli("conformance", "--trials", "2", "--session-trials", "2", "--json")
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout)  # the progress lines went to stderr, not into the JSON
+    progress = result.stderr.splitlines()
+    assert progress[0] == "conformance: 108 cells..." and progress[-1].startswith("conformance: 108/108 cells")
     assert report["pattern_matches"] is True
     assert len(report["cells"]) == 14 * 6
     assert len(report["session_cells"]) == 8 * 3
@@ -219,3 +222,30 @@ def test_version_names_the_installed_package() -> None:
     result = cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"countersign {version('countersign')}"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify", "--audit"],  # one verdict line, written at the end
+        ["conformance", "--trials", "1", "--session-trials", "1", "--json"],  # a long one
+    ],
+    ids=["verify", "conformance"],
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly(sample: Path, command: list[str]) -> None:
+    """Issue 29: `countersign verify ... | head -c 10` printed a BrokenPipeError traceback. Here the
+    reader has gone before the command writes anything, so every write fails."""
+    if command[0] == "verify":
+        command = [*command, "--path", str(sample / "path.json"), "--output", str(sample / "output.bin")]
+        command += ["--registry", str(sample / "registry.json")]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "countersign_cli", *command],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (done.returncode, "Traceback" in done.stderr, "Broken pipe" in done.stderr) == (141, False, False)
+    assert "Exception ignored" not in done.stderr, done.stderr

@@ -178,3 +178,15 @@ def test_a_command_that_needs_an_extra_names_it(
     assert done.stderr.strip().splitlines() == [
         f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign[{extra}]'"
     ], done.stderr
+
+
+@pytest.mark.parametrize("daemon", ["coordinator", "signer", "verifier"])
+def test_serve_help_without_the_server_extra_helps_and_names_the_extra(
+    core_only: Path, tmp_path: Path, daemon: str
+) -> None:
+    """Issue 29: `countersign verifier serve --help` without the grpc extra printed a traceback."""
+    done = run(core_only, "-m", "countersign_cli", daemon, "serve", "--help", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith(f"usage: countersign {daemon} serve")
+    assert "--config" in done.stdout
+    assert "need the 'server' extra (no module grpc): pip install 'countersign[server]'" in done.stdout

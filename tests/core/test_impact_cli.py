@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from countersign.state import CoSigner, RecordUse, VerdictEntry
+from verifier.stores import open_store
 from verifier.stores.sqlite import SqliteState
 
 pytestmark = pytest.mark.daemons  # runs the command line as a child process
@@ -27,9 +30,14 @@ CHILD = RecordUse(
 )
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "countersign_cli", "impact", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "countersign_cli", "impact", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert "Traceback" not in result.stderr, result.stderr
     return result
@@ -108,4 +116,53 @@ def test_an_unusable_store_is_a_usage_error(tmp_path: Path) -> None:
     result = cli("--key", A_KEY, "--state", "nosuch://x")
     assert result.returncode == 2 and "unknown store URL scheme" in result.stderr
     result = cli("--key", A_KEY, "--state", f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}")
-    assert result.returncode == 2 and "state store unavailable" in result.stderr
+    assert result.returncode == 2 and "no verifier store at" in result.stderr
+
+
+def test_a_store_that_does_not_exist_is_refused_not_created(tmp_path: Path) -> None:
+    """Issue 29: `impact --state sqlite:///missing.db` created the file and reported "0 affected", exit 0."""
+    missing = tmp_path / "missing.db"
+    result = cli("--key", A_KEY, "--state", f"sqlite:///{missing}")
+    assert result.returncode == 2, result.stdout
+    assert f"no verifier store at {missing}" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not missing.exists()
+    relative = cli("--key", A_KEY, "--state", "sqlite:///missing.db", cwd=tmp_path)  # relative to the cwd
+    assert relative.returncode == 2 and f"no verifier store at {missing}" in relative.stderr
+    assert not missing.exists()
+    memory = cli("--key", A_KEY, "--state", "memory:")
+    assert memory.returncode == 2 and "memory: is empty in every new process" in memory.stderr
+
+
+def test_a_file_that_is_not_a_verifier_store_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    result = cli("--key", A_KEY, "--state", f"sqlite:///{empty}")
+    assert result.returncode == 2 and "is not a verifier store" in result.stderr, result.stderr
+    assert empty.read_bytes() == b""  # nothing was written into it
+    text = tmp_path / "notes.db"
+    text.write_text("not a database at all, just some text that SQLite will not read as a header" * 10)
+    result = cli("--key", A_KEY, "--state", f"sqlite:///{text}")
+    assert result.returncode == 2 and "is not a verifier store" in result.stderr, result.stderr
+
+
+@pytest.mark.postgres
+def test_a_postgres_schema_without_a_store_is_refused_not_created() -> None:
+    import psycopg
+
+    from tests.stores.conftest import postgres_base_url, with_params
+
+    schema = f"cs_test_{uuid.uuid4().hex[:12]}"
+    url = with_params(postgres_base_url(), schema=schema, connect_timeout=2)
+    try:
+        result = cli("--key", A_KEY, "--state", url)
+        assert result.returncode == 2 and f"no verifier store in PostgreSQL schema {schema}" in result.stderr
+        with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s", (schema,))
+            assert row.fetchone() == (0,), "the read created the schema"
+        open_store(url).close()  # a verifier's store: now it reads, empty
+        result = cli("--key", A_KEY, "--state", url, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["verdicts"] == []
+    finally:
+        with psycopg.connect(postgres_base_url(), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -87,3 +87,48 @@ def test_a_path_nested_too_deep_is_malformed_at_index_null_at_any_stack_depth(fr
         sys.setrecursionlimit(limit)
     # At or under the limit the schema refuses the instance at its envelope; over it, index null.
     assert raised.value.index == (None if total > MAX_NESTING else 0), (total, str(raised.value))
+
+
+# --- session evidence read from its parts (the command line's files) -----------------------------
+
+SESSION_MESH = SampleMesh.create(["d-a"])
+SESSION_AGENT = SESSION_MESH.issue_path(Construction.SIGNED_DAG, ["d-a"], b"", now_ms=1_780_000_000_000)
+SESSION_AGENT = Path((SESSION_AGENT.envelopes[0],))
+SESSION_RECEIPTS = SESSION_MESH.issue_session(SESSION_AGENT, [b"a", b"b", b"c"], now_ms=1_780_000_000_000, label="n")
+
+
+def _read(parse: Callable[[], Any]) -> object:
+    try:
+        return parse()
+    except MalformedError as exc:
+        return (type(exc).__name__, exc.index, "nested deeper" in str(exc))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(-1, len(SESSION_RECEIPTS) - 1), st.integers(0, 40), st.booleans(), st.integers(0, 300))
+def test_session_parts_read_as_the_assembled_session_at_any_nesting_and_stack(
+    part: int, levels: int, as_array: bool, frames: int
+) -> None:
+    """``session_from_parts`` (verify-session's files) gives what ``SessionEvidence.from_bytes`` gives
+    the assembled evidence, for a value nested ``levels`` deep in the agent path (part -1) or a
+    receipt, whatever the caller's stack."""
+    from countersign.sessions import SessionEvidence, session_from_parts
+
+    agent = json.loads(SESSION_AGENT.to_bytes())
+    receipts = [json.loads(r.canonical_bytes()) for r in SESSION_RECEIPTS]
+    target = agent["envelopes"][0] if part < 0 else receipts[part]
+    target["record"]["agent"]["instance"] = "PLACEHOLDER"
+    deep = "[" * levels + "0" + "]" * levels if levels else '"deep-enough"'
+
+    def text(value: Any) -> bytes:
+        return json.dumps(value).replace('"PLACEHOLDER"', deep).encode()
+
+    agent_bytes, receipt_bytes = text(agent), [text(r) for r in receipts]
+    whole = b'{"v":1,"agent":' + agent_bytes + b',"receipts":[' + b",".join(receipt_bytes) + b"]}"
+    receipts_arg: bytes | list[bytes] = b"[" + b",".join(receipt_bytes) + b"]" if as_array else receipt_bytes
+    expected = _read(lambda: SessionEvidence.from_bytes(whole))
+    assert _at_stack_depth(frames, lambda: _read(lambda: session_from_parts(agent_bytes, receipts_arg))) == expected
+    if levels == 0:
+        assert isinstance(expected, SessionEvidence)
+    elif 5 + levels + (part < 0) > MAX_NESTING:
+        assert expected == ("MalformedError", None, True)

@@ -27,6 +27,7 @@ from countersign.policy import (
     PolicyError,
     RequireClosedSession,
     UnsafeAllowAll,
+    clause_identity,
     parse_policy,
     policy_from_json,
 )
@@ -80,8 +81,8 @@ leaf_policies: st.SearchStrategy[ConsumerPolicy] = st.one_of(
 policies: st.SearchStrategy[ConsumerPolicy] = st.recursive(
     leaf_policies,
     lambda inner: (
-        st.lists(inner, max_size=4).map(lambda ps: AllOf(tuple(ps)))
-        | st.lists(inner, max_size=4).map(lambda ps: AnyOf(tuple(ps)))
+        st.lists(inner, max_size=4, unique_by=clause_identity).map(lambda ps: AllOf(tuple(ps)))
+        | st.lists(inner, max_size=4, unique_by=clause_identity).map(lambda ps: AnyOf(tuple(ps)))
     ),
     max_leaves=12,
 )
@@ -155,6 +156,15 @@ JSON = st.recursive(
 )
 
 
+@given(policies, st.sampled_from(["all_of", "any_of"]))
+def test_a_list_that_repeats_a_clause_is_refused(policy: ConsumerPolicy, composition: str) -> None:
+    """Spec 16.1: lists hold distinct items. Issue 29: a repeated clause inside all_of loaded."""
+    clause = policy.to_json()
+    with pytest.raises(PolicyError, match=r"\[1\] repeats .*\[0\]"):
+        policy_from_json({"v": 1, "policy": {composition: [clause, clause]}})
+    assert policy_from_json({"v": 1, "policy": {composition: [clause]}}) is not None
+
+
 @given(JSON)
 def test_any_json_is_a_policy_or_a_policy_error(value: object) -> None:
     for candidate in (value, {"v": 1, "policy": value}):
@@ -189,6 +199,23 @@ def test_any_json_is_a_policy_or_a_policy_error(value: object) -> None:
         ('{"v":1,"policy":{"unsafe_allow_all":1}}', "unsafe_allow_all must be true"),
         ('{"v":1,"policy":{"all_of":{"max_depth":1}}}', "policy.all_of must be a list"),
         ('{"v":1,"policy":{"any_of":[{"max_depth":1},{"nope":1}]}}', "policy.any_of[1]: unknown clause"),
+        (
+            '{"v":1,"policy":{"all_of":[{"unsafe_allow_all":true},{"unsafe_allow_all":true}]}}',
+            "policy.all_of[1] repeats policy.all_of[0]",
+        ),
+        (
+            '{"v":1,"policy":{"any_of":[{"max_depth":1},{"max_depth":2},{"max_depth":1}]}}',
+            "policy.any_of[2] repeats policy.any_of[0]",
+        ),
+        (  # the same set of deployers, listed in another order
+            '{"v":1,"policy":{"any_of":[{"allowed_deployers":["a","b"]},{"allowed_deployers":["b","a"]}]}}',
+            "policy.any_of[1] repeats policy.any_of[0]",
+        ),
+        (  # the same composition, its clauses in another order
+            '{"v":1,"policy":{"all_of":[{"any_of":[{"max_depth":1},{"max_depth":2}]},'
+            '{"any_of":[{"max_depth":2},{"max_depth":1}]}]}}',
+            "policy.all_of[1] repeats policy.all_of[0]",
+        ),
     ],
 )
 def test_a_malformed_policy_is_refused_naming_the_member(document: str, message: str) -> None:

@@ -161,7 +161,7 @@ def test_an_upward_import_is_caught(module: str, statement: str) -> None:
     [
         ("countersign.client.signer", "from countersign.records import Path"),
         ("countersign._daemon.edge", "from countersign.client.errors import ServiceError"),
-        ("signer.daemon", "from signer.store import SignerStore"),
+        ("signer.daemon", "from signer.stores import open_signer_state"),
         ("verifier.daemon", "from countersign._daemon.server import run_daemon"),
         ("countersign_cli.services", "from signer.backends import load_signer"),
     ],

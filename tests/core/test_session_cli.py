@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -103,3 +104,98 @@ def test_a_consumer_policy_file_gates_the_session(
     code = main(["verify-session", "--path", str(sample / "agent.json"), "--receipts", str(sample / "receipts"),
                  "--verifier", "127.0.0.1:1", "--policy", str(broken)])  # fmt: skip
     assert code == 2 and "is not a valid policy" in capsys.readouterr().err
+
+
+# --- the same rules as the verifier: nesting (spec 2.1) and the state step (17.4) ---------------
+
+VECTORS = Path(__file__).parents[1] / "vectors" / "sessions"
+
+
+def laid_out_vector(name: str, tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    """A session vector as sample-session lays a session out: agent.json, receipts/, outputs/, registry.json."""
+    vector = json.loads((VECTORS / name).read_text())
+    out = tmp_path / Path(name).stem
+    (out / "receipts").mkdir(parents=True)
+    (out / "outputs").mkdir()
+    session = vector["session"]
+    (out / "agent.json").write_text(json.dumps(session["agent"]))
+    (out / "registry.json").write_text(json.dumps(vector["registry"]))
+    for index, receipt in enumerate(session["receipts"]):
+        (out / "receipts" / f"{index:06d}.json").write_text(json.dumps(receipt))
+        output = vector["outputs_base64"][index]
+        if output is not None:
+            (out / "outputs" / f"{index:06d}.bin").write_bytes(base64.b64decode(output))
+    return out, vector
+
+
+def verify_vector(
+    capsys: pytest.CaptureFixture[str], out: Path, vector: dict[str, object], *extra: str
+) -> tuple[int, dict[str, object]]:
+    return verify(capsys, out, out / "receipts", "--now-ms", str(vector["now_ms"]), *extra)
+
+
+def _nest(levels: int) -> str:
+    return "[" * levels + "0" + "]" * levels
+
+
+@pytest.mark.parametrize(("levels", "index"), [(27, 1), (28, None), (998, None)])
+def test_a_receipt_file_nested_too_deep_is_malformed_at_index_null(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], levels: int, index: int | None
+) -> None:
+    """Issue 29: 33 levels gave MALFORMED at the receipt, about 1,000 "maximum recursion depth
+    exceeded". In the session evidence a receipt's agent instance sits five levels down (session,
+    receipts, envelope, record, agent), so 27 arrays are 32 levels and 28 are 33."""
+    out, vector = laid_out_vector("valid/turns-open.json", tmp_path)
+    receipt = out / "receipts" / "000001.json"
+    value = json.loads(receipt.read_text())
+    value["record"]["agent"]["instance"] = "PLACEHOLDER"
+    receipt.write_text(json.dumps(value).replace('"PLACEHOLDER"', _nest(levels)))
+    code, verdict = verify_vector(capsys, out, vector)
+    assert (code, verdict["reason"], verdict["index"]) == (1, "MALFORMED", index), verdict
+    if index is None:
+        assert verdict["detail"] == "input is nested deeper than 32 levels"
+
+
+@pytest.mark.parametrize("levels", [27, 998])
+def test_an_agent_file_nested_too_deep_is_malformed_for_its_depth_not_the_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], levels: int
+) -> None:
+    # session, agent, envelopes, envelope, record, agent: the instance sits six levels down
+    out, vector = laid_out_vector("valid/turns-open.json", tmp_path)
+    value = json.loads((out / "agent.json").read_text())
+    value["envelopes"][2]["record"]["agent"]["instance"] = "PLACEHOLDER"
+    (out / "agent.json").write_text(json.dumps(value).replace('"PLACEHOLDER"', _nest(levels)))
+    code, verdict = verify_vector(capsys, out, vector)
+    assert (code, verdict["reason"], verdict["index"]) == (1, "MALFORMED", None), verdict
+    assert verdict["detail"] == "input is nested deeper than 32 levels"
+
+
+def test_receipts_that_share_a_nonce_are_refused_as_a_verifier_refuses_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: offline verify-session skipped spec 17.4 and accepted this session."""
+    out, vector = laid_out_vector("state/nonce-repeated.json", tmp_path)
+    code, verdict = verify_vector(capsys, out, vector)
+    assert (code, verdict["reason"], verdict["index"]) == (1, "NONCE_REPLAYED", 2), verdict
+    assert verdict["emitter"] is not None
+    code, verdict = verify_vector(capsys, out, vector, "--audit")  # audit mode refuses no nonce
+    assert (code, verdict["verdict"]) == (0, "ACCEPT")
+
+
+def test_an_agent_path_beyond_max_children_is_refused_as_verify_refuses_a_receipt_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: verify-session accepted a session whose agent path exceeds max_children, while
+    verify of one receipt's path gave FANOUT_EXCEEDED."""
+    out, vector = laid_out_vector("state/fanout-exceeded.json", tmp_path)
+    code, verdict = verify_vector(capsys, out, vector)
+    assert (code, verdict["reason"], verdict["index"]) == (1, "FANOUT_EXCEEDED", 0), verdict
+    assert str(verdict["detail"]).startswith("path envelope 2: ")
+    agent = json.loads((out / "agent.json").read_text())
+    first = json.loads((out / "receipts" / "000000.json").read_text())
+    (out / "path.json").write_text(json.dumps({**agent, "envelopes": [*agent["envelopes"], first]}))
+    code, single = run(
+        capsys, "verify", "--path", str(out / "path.json"), "--output", str(out / "outputs" / "000000.bin"),
+        "--registry", str(out / "registry.json"), "--now-ms", str(vector["now_ms"]), "--audit",
+    )  # fmt: skip
+    assert (code, single["reason"], single["index"]) == (1, "FANOUT_EXCEEDED", 2)

@@ -15,7 +15,7 @@ import rfc8785
 
 from countersign.canonical import b64url_decode, pae, sha256_digest
 from countersign.keys import PublicKey
-from countersign.policy import policy_from_json
+from countersign.policy import PolicyError, parse_policy, policy_from_json
 from countersign.reasons import Reason
 from countersign.records import PAYLOAD_TYPE_EDGE, PAYLOAD_TYPE_NODE, MalformedError, Path, parse_json
 from countersign.registry import Registry
@@ -103,6 +103,17 @@ def test_policy_vectors_name_each_clause_they_violate() -> None:
     }  # fmt: skip
     accepted = [v for v in policy_cases if v["expected"]["verdict"] == "ACCEPT"]
     assert accepted and all(v["expected"]["emitter"] is not None for v in accepted)
+
+
+@pytest.mark.offline
+def test_policy_document_vectors() -> None:
+    vector = json.loads((VECTORS / "policy-documents.json").read_text())
+    for case in vector["valid"]:
+        assert parse_policy(case["document"]).document() == case["reads_as"], case["document"]
+    for case in vector["invalid"]:
+        with pytest.raises(PolicyError):
+            parse_policy(case["document"])
+    assert any("repeats a clause" in case["why"] for case in vector["invalid"])
 
 
 @pytest.mark.offline

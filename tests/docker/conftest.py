@@ -174,7 +174,7 @@ def daemon_settings(kind: str) -> set[str]:
     from coordinator.daemon import CoordinatorConfig
     from countersign._daemon.config import ENV_PREFIX
     from countersign.client.tls import TlsConfig
-    from signer.daemon import SignerConfig
+    from signer.config import SignerConfig
     from verifier.daemon import VerifierConfig
     from verifier.stores import postgres
 

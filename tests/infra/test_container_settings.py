@@ -23,7 +23,7 @@ PREFIX = "COUNTERSIGN_"
 # daemon -> (file, config class); the [tls] table is countersign/client/tls.py TlsConfig.
 CONFIG_CLASSES = {
     "coordinator": ("coordinator/daemon.py", "CoordinatorConfig"),
-    "signer": ("signer/daemon.py", "SignerConfig"),
+    "signer": ("signer/config.py", "SignerConfig"),
     "verifier": ("verifier/daemon.py", "VerifierConfig"),
 }
 # Variables read outside the dataclasses: the PostgreSQL passwords (a constant PASSWORD_ENV in each store).

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from countersign.client import RetryPolicy, SignerClient
 from countersign.client.errors import ServiceError
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
@@ -23,6 +24,13 @@ COSIGN_TIMEOUT_MS = 1_000
 STALENESS_MS = 8_000  # wide enough for a verifier restart on a loaded machine
 
 
+def one_attempt(mesh: LocalMesh, deployer: str) -> SignerClient:
+    """A runtime client that does not retry: these tests watch the signer's own fail-closed answer."""
+    return SignerClient(
+        mesh.signer_addresses(deployer), mesh.tls_for(f"{deployer}-runtime"), deployer, retry=RetryPolicy(attempts=1)
+    )
+
+
 def parent_refused(error: object, code: str) -> bool:
     return getattr(error, "code", None) == "PARENT_REFUSED" and f"deployer-a: {code}:" in str(error)
 
@@ -30,7 +38,7 @@ def parent_refused(error: object, code: str) -> bool:
 def test_parent_killed_mid_flow_fails_closed_and_restart_keeps_grants(make_mesh: Callable[..., LocalMesh]) -> None:
     mesh = make_mesh(deployers=("deployer-a", "deployer-b"), cosign_timeout_ms=COSIGN_TIMEOUT_MS)
     parent_address = mesh.daemons["deployer-a"].address
-    b = mesh.runtime("deployer-b")
+    b = one_attempt(mesh, "deployer-b")
     a = mesh.runtime("deployer-a")
     root = a.root("planner", "crash", max_children=2)
     old_grant = a.open_grant(root, "deployer-b")
@@ -80,7 +88,8 @@ def test_parent_killed_mid_flow_fails_closed_and_restart_keeps_grants(make_mesh:
 def test_frozen_parent_times_out_within_cosign_deadline(make_mesh: Callable[..., LocalMesh]) -> None:
     mesh = make_mesh(deployers=("deployer-a", "deployer-b"), cosign_timeout_ms=COSIGN_TIMEOUT_MS)
     parent_address = mesh.daemons["deployer-a"].address
-    a, b = mesh.runtime("deployer-a"), mesh.runtime("deployer-b")
+    a = mesh.runtime("deployer-a")
+    b = one_attempt(mesh, "deployer-b")
     root = a.root("planner", "frozen")
     b.accept(root, a.open_grant(root, "deployer-b"), parent_address, "warm-up")  # b's channel to a is open
     grant = a.open_grant(root, "deployer-b")

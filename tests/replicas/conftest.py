@@ -39,9 +39,10 @@ from countersign.keys import Ed25519Signer
 from countersign.records import AgentRef, Construction, Path
 from countersign.samples import SampleMesh
 from countersign_cli.localmesh import LocalMesh
-from tests.stores.conftest import PostgresSchemas, postgres_base_url
+from tests.stores.conftest import PostgresSchemas, dynamodb_emulator, postgres_base_url
 
 T = TypeVar("T")
+__all__ = ["dynamodb_emulator"]  # the DynamoDB emulator fixture, for the signer replica tests
 
 PARENT_DEPLOYER = "deployer-a"
 CHILD_DEPLOYER = "deployer-b"

@@ -12,7 +12,7 @@ import pytest
 from coordinator.store import open_log_store
 from countersign._daemon.sqlite import sqlite_file
 from countersign.errors import ConfigError
-from signer.store import SignerStore
+from signer.stores import open_signer_state
 from verifier.stores import StoreConfigError, open_store
 
 pytestmark = pytest.mark.offline
@@ -42,7 +42,7 @@ def test_anything_else_names_no_file(url: str) -> None:
 def test_every_store_opens_its_file_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     open_store("sqlite:///verifier.db").close()
-    SignerStore("sqlite:///signer.db").close()
+    open_signer_state("sqlite:///signer.db").close()
     open_log_store("sqlite:///coordinator.db").close()
     assert {p.name for p in tmp_path.iterdir()} >= {"verifier.db", "signer.db", "coordinator.db"}
     assert not Path("/verifier.db").exists()
@@ -52,7 +52,7 @@ def test_a_bad_url_is_one_clear_error() -> None:
     with pytest.raises(StoreConfigError, match="sqlite:////absolute"):
         open_store("sqlite://host/x.db")
     with pytest.raises(ConfigError, match="sqlite:////absolute"):
-        SignerStore("sqlite://host/x.db")
+        open_signer_state("sqlite://host/x.db")
     with pytest.raises(ConfigError, match="sqlite:////absolute"):
         open_log_store("sqlite://host/x.db")
 

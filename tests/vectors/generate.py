@@ -562,6 +562,47 @@ def policy_vectors(m: SampleMesh) -> list[dict[str, Any]]:
     return vectors
 
 
+def policy_documents_vector() -> dict[str, Any]:
+    """Policy documents (spec 16.1) a parser must load, each with the document it reads back (lists
+    sorted), and documents it must refuse, each with why."""
+    from countersign.policy import parse_policy
+
+    valid = [
+        '{"v":1,"policy":{"all_of":[{"allowed_deployers":["deployer-b","deployer-a"]},{"max_depth":3}]}}',
+        '{"v":1,"policy":{"any_of":[{"require_closed_session":true},{"max_evidence_age_ms":60000}]}}',
+        '{"v":1,"policy":{"all_of":[{"any_of":[{"max_depth":1},{"max_depth":2}]},{"any_of":[{"max_depth":1}]}]}}',
+        '{"v":1,"policy":{"unsafe_allow_all":true}}',
+    ]
+    nested = '{"max_depth":1}'
+    for _ in range(9):
+        nested = '{"all_of":[' + nested + "]}"
+    invalid = [
+        ('{"v":1,"policy":{"all_of":[{"unsafe_allow_all":true},{"unsafe_allow_all":true}]}}',
+         "all_of repeats a clause"),
+        ('{"v":1,"policy":{"any_of":[{"max_depth":1},{"max_depth":2},{"max_depth":1}]}}', "any_of repeats a clause"),
+        ('{"v":1,"policy":{"any_of":[{"allowed_deployers":["deployer-a","deployer-b"]},'
+         '{"allowed_deployers":["deployer-b","deployer-a"]}]}}',
+         "any_of repeats a clause: the same set of deployers in another order"),
+        ('{"v":1,"policy":{"all_of":[{"any_of":[{"max_depth":1},{"max_depth":2}]},'
+         '{"any_of":[{"max_depth":2},{"max_depth":1}]}]}}',
+         "all_of repeats a composition: the same clauses in another order"),
+        ('{"v":1,"policy":{"allowed_deployers":["deployer-a","deployer-a"]}}', "a list of deployers repeats one"),
+        ('{"v":1,"policy":{"max_depth":1,"allowed_keys":[]}}', "a clause object with two members"),
+        ('{"v":1,"policy":{"maxdepth":1}}', "an unknown clause"),
+        ('{"policy":{"max_depth":1}}', "v missing"),
+        ('{"v":2,"policy":{"max_depth":1}}', "another v"),
+        ('{"v":1,"policy":{"unsafe_allow_all":false}}', "false: a clause that would check nothing"),
+        ('{"v":1,"policy":' + nested + "}", "compositions nested 9 deep"),
+        ('{"v":1,"policy":{"max_depth":1.0}}', "not strict JSON: a fraction"),
+    ]  # fmt: skip
+    return {
+        "description": "consumer policy documents (docs/spec.md 16.1): valid ones with the document each reads "
+        "back as (lists sorted), and invalid ones a parser must refuse",
+        "valid": [{"document": text, "reads_as": parse_policy(text).document()} for text in valid],
+        "invalid": [{"document": text, "why": why} for text, why in invalid],
+    }
+
+
 def _relinked(m: SampleMesh, envelopes: list[Envelope], start: int) -> Path:
     """Re-sign records ``start..`` so their parent references follow a changed predecessor."""
     path = Path(tuple(envelopes))
@@ -605,8 +646,11 @@ def generate(out: FilePath) -> None:
     (out / "policy").mkdir(parents=True, exist_ok=True)
     for item in policy_vectors(m):
         write(out / "policy" / f"{item['name']}.json", item)
+    write(out / "policy-documents.json", policy_documents_vector())
     export_vectors(out / "export", build_path(m, Construction.SIGNED_DAG))
     session_vectors(m, out / "sessions")
+    session_state_vectors(m, out / "sessions")
+    session_nesting_vectors(m, out / "sessions")
     write(out / "handoff.json", handoff_vector(m))
     write(out / "compact-path.json", compact_vector(m))
     write(out / "mcp.json", mcp_vector())
@@ -1028,6 +1072,53 @@ def session_vectors(m: SampleMesh, out: FilePath) -> None:
     for name, description, items, outputs, document, expected in with_policy:
         body = session_vector(name, description, agent, items, outputs, expected, registry=m.registry)
         write(out / "policy" / f"{name}.json", {**body, "policy": document})
+
+
+def session_state_vectors(m: SampleMesh, out: FilePath) -> None:
+    """Sessions whose check (17.3) holds and whose state step (17.4) refuses them, against a fresh,
+    empty state (``mode``; ``before``: sessions to verify first, each accepted)."""
+    (out / "state").mkdir(parents=True, exist_ok=True)
+    agent = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:3])
+    turns = m.issue_session(agent, TURNS, now_ms=SESSION_ISSUED_MS, session="chat-1", label="chat-1")
+    repeated = resign(m, Path((*agent.envelopes, turns[2])), 3, lambda r: replace(r, nonce=turns[1].record.nonce))
+    # deployer-b's first record allows no child, yet its agent record is one (a faulty issuer, re-signed)
+    no_children = resign(m, agent, 1, lambda r: replace(r, max_children=0))
+    crowded = _relinked(m, list(no_children.envelopes), 2)
+    crowded_turns = m.issue_session(crowded, TURNS[:2], now_ms=SESSION_ISSUED_MS, session="chat-1", label="crowded")
+    cases = [
+        ("nonce-repeated", "receipt 2 repeats receipt 1's nonce (re-signed by a faulty issuer)", agent,
+         [turns[0], turns[1], repeated.leaf], "accept", [], ("REJECT", "NONCE_REPLAYED", 2)),
+        ("nonce-repeated-audit", "the same in audit mode, which consumes nothing and so refuses no nonce", agent,
+         [turns[0], turns[1], repeated.leaf], "audit", [], ("ACCEPT", None, None)),
+        ("fanout-exceeded", "the agent path's record 1 allows no child but has one: refused at receipt 0", crowded,
+         list(crowded_turns), "audit", [], ("REJECT", "FANOUT_EXCEEDED", 0)),
+        ("replayed", "the open session presented again after it was accepted", agent, list(turns), "accept",
+         [list(turns)], ("REJECT", "NONCE_REPLAYED", 0)),
+    ]  # fmt: skip
+    for name, description, on, items, mode, before, expected in cases:
+        body = session_vector(name, description, on, items, TURNS[: len(items)], expected, registry=m.registry)
+        body["mode"] = mode
+        body["before"] = [SessionEvidence(on, tuple(b)).to_json() for b in before]
+        write(out / "state" / f"{name}.json", body)
+
+
+def session_nesting_vectors(m: SampleMesh, out: FilePath) -> None:
+    """The nesting limit (2.1) inside session evidence: session, receipts, envelope, record and agent
+    are five levels, so a receipt's agent instance of 27 nested arrays is 32 levels (the schema refuses
+    it at that receipt) and one of 28 is 33 (refused at index null, before anything else)."""
+    (out / "malformed").mkdir(parents=True, exist_ok=True)
+    agent = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:3])
+    turns = m.issue_session(agent, TURNS, now_ms=SESSION_ISSUED_MS, session="chat-1", label="chat-1")
+    for levels, name, index in ((27, "receipt-nested-at-limit", 1), (28, "receipt-nested-over-limit", None)):
+        body = session_vector(
+            name, f"receipt 1's agent instance nested {levels} arrays deep: {levels + 5} levels", agent, turns,
+            [None] * len(turns), ("REJECT", "MALFORMED", index), registry=m.registry,
+        )  # fmt: skip
+        deep: Any = 0
+        for _ in range(levels):
+            deep = [deep]
+        body["session"]["receipts"][1]["record"]["agent"]["instance"] = deep
+        write(out / "malformed" / f"{name}.json", body)
 
 
 def _renamed(record: NodeRecord, session: str, prev: str) -> NodeRecord:

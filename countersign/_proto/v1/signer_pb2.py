@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ountersign/v1/signer.proto\x12\x0e\x63ountersign.v1\"]\n\x13\x43loseSessionRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\x03\"\x9a\x01\n\x0bOutputChunk\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\r\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x06 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\r\n\x05units\x18\x08 \x01(\r\x12\r\n\x05\x63lose\x18\t \x01(\x08\"_\n\x0c\x43hunkReceipt\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x15\n\rrecord_digest\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\r\n\x05units\x18\x04 \x01(\r\x12\x0e\n\x06\x63losed\x18\x05 \x01(\x08\"\x8c\x03\n\x0bRuntimeCall\x12\x36\n\nissue_root\x18\x01 \x01(\x0b\x32 .countersign.v1.IssueRootRequestH\x00\x12\x43\n\x11issue_local_child\x18\x02 \x01(\x0b\x32&.countersign.v1.IssueLocalChildRequestH\x00\x12<\n\rissue_receipt\x18\x03 \x01(\x0b\x32#.countersign.v1.IssueReceiptRequestH\x00\x12\x36\n\nopen_grant\x18\x04 \x01(\x0b\x32 .countersign.v1.OpenGrantRequestH\x00\x12\x44\n\x11\x61\x63\x63\x65pt_delegation\x18\x05 \x01(\x0b\x32\'.countersign.v1.AcceptDelegationRequestH\x00\x12<\n\rclose_session\x18\x06 \x01(\x0b\x32#.countersign.v1.CloseSessionRequestH\x00\x42\x06\n\x04\x63\x61ll\"~\n\rRuntimeAnswer\x12/\n\x06issued\x18\x01 \x01(\x0b\x32\x1d.countersign.v1.IssueResponseH\x00\x12\x32\n\x05grant\x18\x02 \x01(\x0b\x32!.countersign.v1.OpenGrantResponseH\x00\x42\x08\n\x06\x61nswer\"\xbf\x01\n\x0b\x41gentFields\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0e\n\x06system\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\x12\x14\n\x0cmax_children\x18\x04 \x01(\r\x12\r\n\x05\x65vent\x18\x05 \x01(\t\x12\x18\n\x10\x61llowed_children\x18\x06 \x03(\t\x12\x19\n\x11restrict_children\x18\x07 \x01(\x08\x12\x16\n\tmax_depth\x18\x08 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_max_depth\">\n\x10IssueRootRequest\x12*\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.AgentFields\"Y\n\x16IssueLocalChildRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12*\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1b.countersign.v1.AgentFields\"\x8b\x01\n\x13IssueReceiptRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x15\n\routput_sha256\x18\x02 \x01(\x0c\x12\x15\n\rbinding_scope\x18\x03 \x01(\t\x12\x0f\n\x07session\x18\x04 \x01(\t\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x06 \x01(\x03\"4\n\rIssueResponse\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x15\n\rrecord_digest\x18\x02 \x01(\t\"O\n\x10OpenGrantRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x16\n\x0e\x63hild_deployer\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\"g\n\x11OpenGrantResponse\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x15\n\rparent_digest\x18\x02 \x01(\t\x12\x15\n\rparent_key_id\x18\x03 \x01(\t\x12\x12\n\nexpires_ms\x18\x04 \x01(\x03\"\x9a\x01\n\x17\x41\x63\x63\x65ptDelegationRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x10\n\x08grant_id\x18\x02 \x01(\t\x12\x15\n\rparent_key_id\x18\x03 \x01(\t\x12\x15\n\rparent_signer\x18\x04 \x01(\t\x12*\n\x05\x61gent\x18\x05 \x01(\x0b\x32\x1b.countersign.v1.AgentFields\"k\n\x11\x43oSignEdgeRequest\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x13\n\x0bparent_path\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63hild_record\x18\x03 \x01(\x0c\x12\x19\n\x11\x63hild_cosignature\x18\x04 \x01(\t\"0\n\x12\x43oSignEdgeResponse\x12\x1a\n\x12parent_cosignature\x18\x01 \x01(\t2\xd6\x06\n\x06Signer\x12L\n\tIssueRoot\x12 .countersign.v1.IssueRootRequest\x1a\x1d.countersign.v1.IssueResponse\x12X\n\x0fIssueLocalChild\x12&.countersign.v1.IssueLocalChildRequest\x1a\x1d.countersign.v1.IssueResponse\x12R\n\x0cIssueReceipt\x12#.countersign.v1.IssueReceiptRequest\x1a\x1d.countersign.v1.IssueResponse\x12P\n\tOpenGrant\x12 .countersign.v1.OpenGrantRequest\x1a!.countersign.v1.OpenGrantResponse\x12Z\n\x10\x41\x63\x63\x65ptDelegation\x12\'.countersign.v1.AcceptDelegationRequest\x1a\x1d.countersign.v1.IssueResponse\x12S\n\nCoSignEdge\x12!.countersign.v1.CoSignEdgeRequest\x1a\".countersign.v1.CoSignEdgeResponse\x12X\n\x0b\x43oSignEdges\x12!.countersign.v1.CoSignEdgeRequest\x1a\".countersign.v1.CoSignEdgeResponse(\x01\x30\x01\x12N\n\x0cRuntimeCalls\x12\x1b.countersign.v1.RuntimeCall\x1a\x1d.countersign.v1.RuntimeAnswer(\x01\x30\x01\x12R\n\x0c\x43loseSession\x12#.countersign.v1.CloseSessionRequest\x1a\x1d.countersign.v1.IssueResponse\x12O\n\x0eStreamReceipts\x12\x1b.countersign.v1.OutputChunk\x1a\x1c.countersign.v1.ChunkReceipt(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ountersign/v1/signer.proto\x12\x0e\x63ountersign.v1\"q\n\x13\x43loseSessionRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x10\n\x08instance\x18\x03 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\x03\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\xc3\x01\n\x0bOutputChunk\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\r\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x06 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\r\n\x05units\x18\x08 \x01(\r\x12\r\n\x05\x63lose\x18\t \x01(\x08\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x13\n\x0b\x66irst_chunk\x18\x0b \x01(\r\"_\n\x0c\x43hunkReceipt\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x15\n\rrecord_digest\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\r\n\x05units\x18\x04 \x01(\r\x12\x0e\n\x06\x63losed\x18\x05 \x01(\x08\"\x8c\x03\n\x0bRuntimeCall\x12\x36\n\nissue_root\x18\x01 \x01(\x0b\x32 .countersign.v1.IssueRootRequestH\x00\x12\x43\n\x11issue_local_child\x18\x02 \x01(\x0b\x32&.countersign.v1.IssueLocalChildRequestH\x00\x12<\n\rissue_receipt\x18\x03 \x01(\x0b\x32#.countersign.v1.IssueReceiptRequestH\x00\x12\x36\n\nopen_grant\x18\x04 \x01(\x0b\x32 .countersign.v1.OpenGrantRequestH\x00\x12\x44\n\x11\x61\x63\x63\x65pt_delegation\x18\x05 \x01(\x0b\x32\'.countersign.v1.AcceptDelegationRequestH\x00\x12<\n\rclose_session\x18\x06 \x01(\x0b\x32#.countersign.v1.CloseSessionRequestH\x00\x42\x06\n\x04\x63\x61ll\"~\n\rRuntimeAnswer\x12/\n\x06issued\x18\x01 \x01(\x0b\x32\x1d.countersign.v1.IssueResponseH\x00\x12\x32\n\x05grant\x18\x02 \x01(\x0b\x32!.countersign.v1.OpenGrantResponseH\x00\x42\x08\n\x06\x61nswer\"\xbf\x01\n\x0b\x41gentFields\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\x0e\n\x06system\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\x12\x14\n\x0cmax_children\x18\x04 \x01(\r\x12\r\n\x05\x65vent\x18\x05 \x01(\t\x12\x18\n\x10\x61llowed_children\x18\x06 \x03(\t\x12\x19\n\x11restrict_children\x18\x07 \x01(\x08\x12\x16\n\tmax_depth\x18\x08 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_max_depth\"R\n\x10IssueRootRequest\x12*\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.AgentFields\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"m\n\x16IssueLocalChildRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12*\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1b.countersign.v1.AgentFields\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\x9f\x01\n\x13IssueReceiptRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x15\n\routput_sha256\x18\x02 \x01(\x0c\x12\x15\n\rbinding_scope\x18\x03 \x01(\t\x12\x0f\n\x07session\x18\x04 \x01(\t\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x06 \x01(\x03\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"4\n\rIssueResponse\x12\x0c\n\x04path\x18\x01 \x01(\x0c\x12\x15\n\rrecord_digest\x18\x02 \x01(\t\"c\n\x10OpenGrantRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x16\n\x0e\x63hild_deployer\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"g\n\x11OpenGrantResponse\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x15\n\rparent_digest\x18\x02 \x01(\t\x12\x15\n\rparent_key_id\x18\x03 \x01(\t\x12\x12\n\nexpires_ms\x18\x04 \x01(\x03\"\xae\x01\n\x17\x41\x63\x63\x65ptDelegationRequest\x12\x13\n\x0bparent_path\x18\x01 \x01(\x0c\x12\x10\n\x08grant_id\x18\x02 \x01(\t\x12\x15\n\rparent_key_id\x18\x03 \x01(\t\x12\x15\n\rparent_signer\x18\x04 \x01(\t\x12*\n\x05\x61gent\x18\x05 \x01(\x0b\x32\x1b.countersign.v1.AgentFields\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"k\n\x11\x43oSignEdgeRequest\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x13\n\x0bparent_path\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63hild_record\x18\x03 \x01(\x0c\x12\x19\n\x11\x63hild_cosignature\x18\x04 \x01(\t\"0\n\x12\x43oSignEdgeResponse\x12\x1a\n\x12parent_cosignature\x18\x01 \x01(\t2\xd6\x06\n\x06Signer\x12L\n\tIssueRoot\x12 .countersign.v1.IssueRootRequest\x1a\x1d.countersign.v1.IssueResponse\x12X\n\x0fIssueLocalChild\x12&.countersign.v1.IssueLocalChildRequest\x1a\x1d.countersign.v1.IssueResponse\x12R\n\x0cIssueReceipt\x12#.countersign.v1.IssueReceiptRequest\x1a\x1d.countersign.v1.IssueResponse\x12P\n\tOpenGrant\x12 .countersign.v1.OpenGrantRequest\x1a!.countersign.v1.OpenGrantResponse\x12Z\n\x10\x41\x63\x63\x65ptDelegation\x12\'.countersign.v1.AcceptDelegationRequest\x1a\x1d.countersign.v1.IssueResponse\x12S\n\nCoSignEdge\x12!.countersign.v1.CoSignEdgeRequest\x1a\".countersign.v1.CoSignEdgeResponse\x12X\n\x0b\x43oSignEdges\x12!.countersign.v1.CoSignEdgeRequest\x1a\".countersign.v1.CoSignEdgeResponse(\x01\x30\x01\x12N\n\x0cRuntimeCalls\x12\x1b.countersign.v1.RuntimeCall\x1a\x1d.countersign.v1.RuntimeAnswer(\x01\x30\x01\x12R\n\x0c\x43loseSession\x12#.countersign.v1.CloseSessionRequest\x1a\x1d.countersign.v1.IssueResponse\x12O\n\x0eStreamReceipts\x12\x1b.countersign.v1.OutputChunk\x1a\x1c.countersign.v1.ChunkReceipt(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,35 +33,35 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.signer_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CLOSESESSIONREQUEST']._serialized_start=47
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=140
-  _globals['_OUTPUTCHUNK']._serialized_start=143
-  _globals['_OUTPUTCHUNK']._serialized_end=297
-  _globals['_CHUNKRECEIPT']._serialized_start=299
-  _globals['_CHUNKRECEIPT']._serialized_end=394
-  _globals['_RUNTIMECALL']._serialized_start=397
-  _globals['_RUNTIMECALL']._serialized_end=793
-  _globals['_RUNTIMEANSWER']._serialized_start=795
-  _globals['_RUNTIMEANSWER']._serialized_end=921
-  _globals['_AGENTFIELDS']._serialized_start=924
-  _globals['_AGENTFIELDS']._serialized_end=1115
-  _globals['_ISSUEROOTREQUEST']._serialized_start=1117
-  _globals['_ISSUEROOTREQUEST']._serialized_end=1179
-  _globals['_ISSUELOCALCHILDREQUEST']._serialized_start=1181
-  _globals['_ISSUELOCALCHILDREQUEST']._serialized_end=1270
-  _globals['_ISSUERECEIPTREQUEST']._serialized_start=1273
-  _globals['_ISSUERECEIPTREQUEST']._serialized_end=1412
-  _globals['_ISSUERESPONSE']._serialized_start=1414
-  _globals['_ISSUERESPONSE']._serialized_end=1466
-  _globals['_OPENGRANTREQUEST']._serialized_start=1468
-  _globals['_OPENGRANTREQUEST']._serialized_end=1547
-  _globals['_OPENGRANTRESPONSE']._serialized_start=1549
-  _globals['_OPENGRANTRESPONSE']._serialized_end=1652
-  _globals['_ACCEPTDELEGATIONREQUEST']._serialized_start=1655
-  _globals['_ACCEPTDELEGATIONREQUEST']._serialized_end=1809
-  _globals['_COSIGNEDGEREQUEST']._serialized_start=1811
-  _globals['_COSIGNEDGEREQUEST']._serialized_end=1918
-  _globals['_COSIGNEDGERESPONSE']._serialized_start=1920
-  _globals['_COSIGNEDGERESPONSE']._serialized_end=1968
-  _globals['_SIGNER']._serialized_start=1971
-  _globals['_SIGNER']._serialized_end=2825
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=160
+  _globals['_OUTPUTCHUNK']._serialized_start=163
+  _globals['_OUTPUTCHUNK']._serialized_end=358
+  _globals['_CHUNKRECEIPT']._serialized_start=360
+  _globals['_CHUNKRECEIPT']._serialized_end=455
+  _globals['_RUNTIMECALL']._serialized_start=458
+  _globals['_RUNTIMECALL']._serialized_end=854
+  _globals['_RUNTIMEANSWER']._serialized_start=856
+  _globals['_RUNTIMEANSWER']._serialized_end=982
+  _globals['_AGENTFIELDS']._serialized_start=985
+  _globals['_AGENTFIELDS']._serialized_end=1176
+  _globals['_ISSUEROOTREQUEST']._serialized_start=1178
+  _globals['_ISSUEROOTREQUEST']._serialized_end=1260
+  _globals['_ISSUELOCALCHILDREQUEST']._serialized_start=1262
+  _globals['_ISSUELOCALCHILDREQUEST']._serialized_end=1371
+  _globals['_ISSUERECEIPTREQUEST']._serialized_start=1374
+  _globals['_ISSUERECEIPTREQUEST']._serialized_end=1533
+  _globals['_ISSUERESPONSE']._serialized_start=1535
+  _globals['_ISSUERESPONSE']._serialized_end=1587
+  _globals['_OPENGRANTREQUEST']._serialized_start=1589
+  _globals['_OPENGRANTREQUEST']._serialized_end=1688
+  _globals['_OPENGRANTRESPONSE']._serialized_start=1690
+  _globals['_OPENGRANTRESPONSE']._serialized_end=1793
+  _globals['_ACCEPTDELEGATIONREQUEST']._serialized_start=1796
+  _globals['_ACCEPTDELEGATIONREQUEST']._serialized_end=1970
+  _globals['_COSIGNEDGEREQUEST']._serialized_start=1972
+  _globals['_COSIGNEDGEREQUEST']._serialized_end=2079
+  _globals['_COSIGNEDGERESPONSE']._serialized_start=2081
+  _globals['_COSIGNEDGERESPONSE']._serialized_end=2129
+  _globals['_SIGNER']._serialized_start=2132
+  _globals['_SIGNER']._serialized_end=2986
 # @@protoc_insertion_point(module_scope)

@@ -29,12 +29,17 @@ class CloseSessionRequest(_message.Message):
     SESSION_FIELD_NUMBER: _builtins.int
     INSTANCE_FIELD_NUMBER: _builtins.int
     TTL_MS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     parent_path: _builtins.bytes
     """canonical path JSON ending at the record whose session this is"""
     session: _builtins.str
     """empty: the parent record's agent instance (IssueReceipt's default)"""
     instance: _builtins.str
     ttl_ms: _builtins.int
+    request_id: _builtins.str
+    """The runtime's idempotency key (spec 21.2): a retry of this call under the same id, on any
+    replica, gets the first answer back instead of a second record; "" for none.
+    """
     def __init__(
         self,
         *,
@@ -42,10 +47,11 @@ class CloseSessionRequest(_message.Message):
         session: _builtins.str = ...,
         instance: _builtins.str = ...,
         ttl_ms: _builtins.int = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "parent_path", b"parent_path", "session", b"session", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance", b"instance", "parent_path", b"parent_path", "request_id", b"request_id", "session", b"session", "ttl_ms", b"ttl_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -64,6 +70,8 @@ class OutputChunk(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     UNITS_FIELD_NUMBER: _builtins.int
     CLOSE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    FIRST_CHUNK_FIELD_NUMBER: _builtins.int
     parent_path: _builtins.bytes
     """The first message only (later messages leave them empty):
     canonical path JSON ending at the record that emits the stream
@@ -83,6 +91,13 @@ class OutputChunk(_message.Message):
     """tokens in this piece (bytes: 0 or len(data))"""
     close: _builtins.bool
     """the last message: sign what is left, then close the session"""
+    request_id: _builtins.str
+    """The first message only: the stream's idempotency key (spec 21.2). Chunk receipt i of the stream is
+    kept under it, and a stream sent again under the same key (a retry on another replica) gets each
+    receipt it already had back instead of a new one. first_chunk: the index of the first chunk this
+    stream's data begins at (0, or the receipts already received when resuming a broken stream).
+    """
+    first_chunk: _builtins.int
     def __init__(
         self,
         *,
@@ -95,10 +110,12 @@ class OutputChunk(_message.Message):
         data: _builtins.bytes = ...,
         units: _builtins.int = ...,
         close: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+        first_chunk: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["close", b"close", "data", b"data", "instance", b"instance", "n", b"n", "parent_path", b"parent_path", "session", b"session", "ttl_ms", b"ttl_ms", "unit", b"unit", "units", b"units"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close", b"close", "data", b"data", "first_chunk", b"first_chunk", "instance", b"instance", "n", b"n", "parent_path", b"parent_path", "request_id", b"request_id", "session", b"session", "ttl_ms", b"ttl_ms", "unit", b"unit", "units", b"units"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -263,16 +280,22 @@ class IssueRootRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     AGENT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """The runtime's idempotency key (spec 21.2): a retry of this call under the same id, on any
+    replica, gets the first answer back instead of a second record; "" for none.
+    """
     @_builtins.property
     def agent(self) -> Global___AgentFields: ...
     def __init__(
         self,
         *,
         agent: Global___AgentFields | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -284,8 +307,13 @@ class IssueLocalChildRequest(_message.Message):
 
     PARENT_PATH_FIELD_NUMBER: _builtins.int
     AGENT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     parent_path: _builtins.bytes
     """canonical path JSON ending at the parent record"""
+    request_id: _builtins.str
+    """The runtime's idempotency key (spec 21.2): a retry of this call under the same id, on any
+    replica, gets the first answer back instead of a second record; "" for none.
+    """
     @_builtins.property
     def agent(self) -> Global___AgentFields: ...
     def __init__(
@@ -293,10 +321,11 @@ class IssueLocalChildRequest(_message.Message):
         *,
         parent_path: _builtins.bytes = ...,
         agent: Global___AgentFields | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "parent_path", b"parent_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "parent_path", b"parent_path", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -312,6 +341,7 @@ class IssueReceiptRequest(_message.Message):
     SESSION_FIELD_NUMBER: _builtins.int
     INSTANCE_FIELD_NUMBER: _builtins.int
     TTL_MS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     parent_path: _builtins.bytes
     """canonical path JSON ending at the record that emitted the output"""
     output_sha256: _builtins.bytes
@@ -322,6 +352,10 @@ class IssueReceiptRequest(_message.Message):
     instance: _builtins.str
     """agent instance id written in the receipt record"""
     ttl_ms: _builtins.int
+    request_id: _builtins.str
+    """The runtime's idempotency key (spec 21.2): a retry of this call under the same id, on any
+    replica, gets the first answer back instead of a second record; "" for none.
+    """
     def __init__(
         self,
         *,
@@ -331,10 +365,11 @@ class IssueReceiptRequest(_message.Message):
         session: _builtins.str = ...,
         instance: _builtins.str = ...,
         ttl_ms: _builtins.int = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["binding_scope", b"binding_scope", "instance", b"instance", "output_sha256", b"output_sha256", "parent_path", b"parent_path", "session", b"session", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binding_scope", b"binding_scope", "instance", b"instance", "output_sha256", b"output_sha256", "parent_path", b"parent_path", "request_id", b"request_id", "session", b"session", "ttl_ms", b"ttl_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -371,20 +406,26 @@ class OpenGrantRequest(_message.Message):
     PARENT_PATH_FIELD_NUMBER: _builtins.int
     CHILD_DEPLOYER_FIELD_NUMBER: _builtins.int
     TTL_MS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     parent_path: _builtins.bytes
     """canonical path JSON ending at the parent record (issued by this signer)"""
     child_deployer: _builtins.str
     ttl_ms: _builtins.int
+    request_id: _builtins.str
+    """The runtime's idempotency key (spec 21.2): a retry of this call under the same id, on any
+    replica, gets the first answer back instead of a second record; "" for none.
+    """
     def __init__(
         self,
         *,
         parent_path: _builtins.bytes = ...,
         child_deployer: _builtins.str = ...,
         ttl_ms: _builtins.int = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["child_deployer", b"child_deployer", "parent_path", b"parent_path", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["child_deployer", b"child_deployer", "parent_path", b"parent_path", "request_id", b"request_id", "ttl_ms", b"ttl_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -428,11 +469,18 @@ class AcceptDelegationRequest(_message.Message):
     PARENT_KEY_ID_FIELD_NUMBER: _builtins.int
     PARENT_SIGNER_FIELD_NUMBER: _builtins.int
     AGENT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     parent_path: _builtins.bytes
     grant_id: _builtins.str
     parent_key_id: _builtins.str
     parent_signer: _builtins.str
-    """host:port of the parent deployer's signer"""
+    """host:port of the parent deployer's signer, or several (its replicas) separated by commas: the
+    child's signer asks them in order, moving on when one cannot be reached
+    """
+    request_id: _builtins.str
+    """The runtime's idempotency key (spec 21.2): a retry of this call under the same id, on any
+    replica, gets the first answer back instead of a second record; "" for none.
+    """
     @_builtins.property
     def agent(self) -> Global___AgentFields: ...
     def __init__(
@@ -443,10 +491,11 @@ class AcceptDelegationRequest(_message.Message):
         parent_key_id: _builtins.str = ...,
         parent_signer: _builtins.str = ...,
         agent: Global___AgentFields | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "grant_id", b"grant_id", "parent_key_id", b"parent_key_id", "parent_path", b"parent_path", "parent_signer", b"parent_signer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "grant_id", b"grant_id", "parent_key_id", b"parent_key_id", "parent_path", b"parent_path", "parent_signer", b"parent_signer", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -80,7 +80,7 @@ class VerifyPathRequest(_message.Message):
     """
     policy: _builtins.str
     """Optional name of a consumer policy configured on the verifier (`policies` setting; docs/spec.md
-    section 15), applied after verification and before the nonce is consumed: a path it refuses is
+    section 16), applied after verification and before the nonce is consumed: a path it refuses is
     REJECT CONSUMER_POLICY_VIOLATION and consumes nothing. Empty: no consumer policy. A name the
     verifier does not know is INVALID_ARGUMENT.
     """

@@ -81,7 +81,7 @@ class VerifierServicer:
         raise NotImplementedError('Method not implemented!')
 
     def VerifySession(self, request, context):
-        """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+        """One agent's ordered session (docs/spec.md section 17.7): the path to the agent and its receipts
         in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
         (a session with one receipt already consumed consumes none); audit mode consumes nothing.
         """

@@ -39,7 +39,7 @@ class VerifierStub:
     not an error). An error ends the stream with the status VerifyPath would return.
     """
     VerifySession: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.VerifySessionRequest, _verifier_pb2.VerifySessionResponse]
-    """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+    """One agent's ordered session (docs/spec.md section 17.7): the path to the agent and its receipts
     in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
     (a session with one receipt already consumed consumes none); audit mode consumes nothing.
     """
@@ -62,7 +62,7 @@ class VerifierAsyncStub(VerifierStub):
     not an error). An error ends the stream with the status VerifyPath would return.
     """
     VerifySession: _aio.UnaryUnaryMultiCallable[_verifier_pb2.VerifySessionRequest, _verifier_pb2.VerifySessionResponse]  # type: ignore[assignment]
-    """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+    """One agent's ordered session (docs/spec.md section 17.7): the path to the agent and its receipts
     in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
     (a session with one receipt already consumed consumes none); audit mode consumes nothing.
     """
@@ -100,7 +100,7 @@ class VerifierServicer(metaclass=_abc_1.ABCMeta):
         request: _verifier_pb2.VerifySessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_verifier_pb2.VerifySessionResponse, _abc.Awaitable[_verifier_pb2.VerifySessionResponse]]:
-        """One agent's ordered session (docs/spec.md section 17.5): the path to the agent and its receipts
+        """One agent's ordered session (docs/spec.md section 17.7): the path to the agent and its receipts
         in session order, checked as a whole. Accept mode consumes every receipt's nonce, all or nothing
         (a session with one receipt already consumed consumes none); audit mode consumes nothing.
         """
