@@ -33,7 +33,7 @@ VALID = sorted((REPO_ROOT / "tests" / "vectors" / "valid").glob("*.json"))
 # compiled module loads it; cffi's Python half and pycparser are needed only to build PyNaCl).
 RUNTIME_MODULES = ("rfc8785", "nacl", "_cffi_backend")
 ABSENT = ("grpc", "grpc_status", "cryptography", "google.protobuf", "google.rpc", "psycopg", "boto3", "msgspec")
-# The one core module of an extra (``fast``, ADR 0033): nothing imports it when msgspec is missing.
+# The one core module of an extra (``fast``, ADR 0034): nothing imports it when msgspec is missing.
 FAST_ONLY = "countersign._compiled_parse"
 NOT_CORE = ("countersign.client", "countersign._daemon", "countersign._proto")
 
