@@ -207,20 +207,24 @@ class _Strings:
 
     def check(self) -> None:
         """Raises _Unproven unless every string matches its pattern."""
-        for strings, each, repeated in (
-            (self.deployers, _DEPLOYERS, True),
-            (self.key_ids, _KEY_IDS, True),
-            (self.identifiers, _IDENTIFIERS, True),
-            (self.digests, _DIGESTS, False),
-            (self.nonces, _NONCES, False),
-            (self.signatures, _SIGNATURES, False),
+        # A path names a few keys many times (records, envelopes, co-signatures): those once each.
+        if not (
+            _all(self.deployers, _DEPLOYERS)
+            and _all(list(set(self.key_ids)), _KEY_IDS)
+            and _all(self.identifiers, _IDENTIFIERS)
+            and _all(self.digests, _DIGESTS)
+            and _all(self.nonces, _NONCES)
+            and _all(self.signatures, _SIGNATURES)
         ):
-            if not strings:
-                continue
-            unique = set(strings) if repeated else strings  # a path names a few deployers and keys many times
-            text = "\n".join(unique)
-            if text.count("\n") != len(unique) - 1 or each(text) is None:
-                raise _Unproven
+            raise _Unproven
+
+
+def _all(strings: list[str], each: Callable[[str], object]) -> bool:
+    """Whether every string matches: joined by newlines, which no pattern matches and none may hold."""
+    if not strings:
+        return True
+    text = "\n".join(strings)
+    return text.count("\n") == len(strings) - 1 and each(text) is not None
 
 
 def path_from_bytes(data: object, known: KnownEnvelopes | None = None) -> Path | None:
