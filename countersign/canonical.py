@@ -75,8 +75,12 @@ def sha256_digest(data: bytes) -> str:
 
 
 def b64url_encode(data: bytes) -> str:
-    """Unpadded base64url, as signatures and public keys travel."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    """Unpadded base64url, as signatures and public keys travel (``base64.urlsafe_b64encode`` by its
+    C parts: a signer encodes a signature per record)."""
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+
+
+_TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
 
 
 def b64url_decode_validated(text: str) -> bytes:

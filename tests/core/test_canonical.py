@@ -177,6 +177,7 @@ def test_pae_separates_payload_types() -> None:
 @given(st.binary(min_size=0, max_size=80))
 def test_base64url_round_trips_strictly(data: bytes) -> None:
     text_form = b64url_encode(data)
+    assert text_form == base64.urlsafe_b64encode(data).rstrip(b"=").decode()
     assert "=" not in text_form
     assert b64url_decode(text_form, len(data)) == data
     # the verifier's decoder of pattern-checked text: base64's own urlsafe decode, by its C parts
