@@ -1,4 +1,4 @@
-"""The strict parse of paths and session evidence on a compiled JSON decoder (ADR 0034).
+"""The strict parse of paths and session evidence on a compiled JSON decoder (ADR 0036).
 
 ``msgspec`` (the ``fast`` extra) decodes the bytes into typed structs that mirror docs/spec.md section 4:
 the member set of every object, each member's JSON type, the integer ranges, the enumerations and the

@@ -822,7 +822,7 @@ class Path:
         """Parse a path from JSON bytes. Raises MalformedError (never anything else) on bad input.
 
         With the ``fast`` extra installed, the compiled decoder of :mod:`countersign._compiled_parse`
-        reads valid input (ADR 0034); whatever it cannot prove valid, every refusal included, is parsed
+        reads valid input (ADR 0036); whatever it cannot prove valid, every refusal included, is parsed
         by :meth:`parse_bytes_reference`, which gives the reasons, indexes and details. The result is
         the same either way.
 
@@ -935,7 +935,7 @@ def parse_json(data: bytes | str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
         raise MalformedError(f"invalid JSON: {exc}") from None
 
 
-# --- the compiled decoder (ADR 0034) ----------------------------------------------------------------
+# --- the compiled decoder (ADR 0036) ----------------------------------------------------------------
 # Chosen once, at import: msgspec (the ``fast`` extra) when it is installed, else the parser above
 # decides alone, with the same verdicts. Imported last: it builds the classes of this module.
 DECODER: str = "reference (json)"

@@ -115,7 +115,7 @@ class SessionEvidence:
     def from_bytes(cls, data: bytes) -> SessionEvidence:
         """Parse session evidence from JSON bytes; raises MalformedError (never anything else).
 
-        The compiled decoder reads valid input when the ``fast`` extra is installed (ADR 0034), and
+        The compiled decoder reads valid input when the ``fast`` extra is installed (ADR 0036), and
         :meth:`parse_bytes_reference` decides everything it cannot prove valid: the same result."""
         if _compiled_session is not None:
             parsed = _compiled_session(data, MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS)

@@ -37,6 +37,7 @@ from countersign_cli.offline import now_ms, render_tree
 
 if TYPE_CHECKING:
     from countersign.client import SignerClient, VerifierClient
+    from countersign_cli.localmesh import LocalMesh
 from countersign.verify import Mode, verify_path
 
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
@@ -129,20 +130,24 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
 
     temporary = workdir is None
     root_dir = FilePath(tempfile.mkdtemp(prefix="countersign-demo-")) if workdir is None else workdir
-    mesh = LocalMesh(root_dir / "mesh", deployers=DEPLOYERS, tls=tls, staleness_ms=30_000, heartbeat_ms=250)
+    # deployer-c's signer runs as two replicas over one state: one is killed mid-session (writer_session).
+    mesh = LocalMesh(
+        root_dir / "mesh", deployers=DEPLOYERS, tls=tls, staleness_ms=30_000, heartbeat_ms=250,
+        signer_replicas={"deployer-c": 2},
+    )  # fmt: skip
     report = Report()
     print(f"Countersign demo: a local mesh on loopback ({'mTLS' if tls else 'plaintext'}), work dir {root_dir}\n")
     try:
         started = time.perf_counter()
         mesh.setup().start_all()
         for name, daemon in mesh.daemons.items():
-            print(f"  started {name:<12} pid {daemon.process.pid if daemon.process else '-':<7} {daemon.address}")
+            print(f"  started {name:<13} pid {daemon.process.pid if daemon.process else '-':<7} {daemon.address}")
         mesh.enrol_all()
         elapsed = time.perf_counter() - started
         print(f"  operator enrolled {', '.join(DEPLOYERS)} (registry sequence 3) in {elapsed:.1f} s\n")
 
         runtimes = {d: mesh.runtime(d) for d in DEPLOYERS}
-        address = {d: mesh.daemons[d].address for d in DEPLOYERS}
+        address = {d: mesh.signer_addresses(d) for d in DEPLOYERS}
         system = f"demo-{int(time.time())}"
         print("Delegation: Planner (deployer-a) -> Researcher (deployer-b) -> Writer (deployer-c)")
         planner = runtimes["deployer-a"].root("planner-1", system, max_children=4)
@@ -192,7 +197,7 @@ def run_mesh_demo(*, export: FilePath | None, workdir: FilePath | None, tls: boo
             note="  <- known limit: the child signs alone",
         )  # fmt: skip
 
-        writer_session(verifier, runtimes["deployer-c"], writer, report)
+        writer_session(verifier, runtimes["deployer-c"], writer, report, mesh)
 
         print("\nRevocation without restart:")
         operator = mesh.operator_client()
@@ -245,15 +250,31 @@ TURNS = (
 )
 
 
-def writer_session(verifier: VerifierClient, writer_runtime: SignerClient, writer: Path, report: Report) -> None:
+def writer_session(
+    verifier: VerifierClient, writer_runtime: SignerClient, writer: Path, report: Report, mesh: LocalMesh
+) -> None:
     """The Writer's three-turn session, signed through deployer-c's signer and closed, verified as a
     whole by the verifier service (``VerifySession``, accept mode: every receipt consumed at once); then
-    the same session shown again, reordered, with a turn dropped, and truncated, each rejected."""
+    the same session shown again, reordered, with a turn dropped, and truncated, each rejected.
+
+    deployer-c's signer runs as two replicas: the one answering is SIGKILLed after the second turn, the
+    runtime's next calls are answered by the other (its SDK retries under the same request id), and the
+    session is still one; the killed replica is then restarted on the same state."""
     from countersign.sessions import SessionEvidence
 
-    print("\nSession: the Writer's three turns, signed by deployer-c's signer, then closed")
-    turns = [writer_runtime.receipt(writer, hashlib.sha256(t).digest(), session="writer-chat").leaf for t in TURNS]
+    print("\nSession: the Writer's three turns, signed by deployer-c's signer (two replicas), then closed")
+    turns = [writer_runtime.receipt(writer, hashlib.sha256(t).digest(), session="writer-chat").leaf for t in TURNS[:2]]
+    first, other = mesh.signer_names("deployer-c")
+    process = mesh.daemons[first].process
+    pid = process.pid if process is not None else "-"
+    mesh.kill(first)
+    print(f"  turns 1-2 signed; SIGKILLed {first} (pid {pid}) mid-session")
+    turns.append(writer_runtime.receipt(writer, hashlib.sha256(TURNS[2]).digest(), session="writer-chat").leaf)
     close = writer_runtime.close_session(writer, session="writer-chat").leaf
+    seqs = [t.record.output.seq for t in (*turns, close) if t.record.output is not None]
+    print(f"  turn 3 and the close receipt signed by {other}: seq {seqs[2]} and {seqs[3]}, chained to turn 2")
+    mesh.start(first)
+    print(f"  {first} restarted on the same state\n")
 
     def check(receipts: list[Envelope], outputs: list[bytes | None], closed: bool = True) -> VerificationResult:
         evidence = SessionEvidence(writer, tuple(receipts))

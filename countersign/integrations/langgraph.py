@@ -16,7 +16,7 @@ function returns, its output (the state keys it wrote, encoded by :func:`output_
 receipt under that record. The graph's state carries the evidence under ``"countersign"``
 (:class:`Evidence`: the latest agent's path, every receipt in order, and a delegation waiting to be
 accepted when the graph was started by another deployer's handoff). A consumer checks the final state
-with :func:`verify_state`.
+with :func:`verify_state` and its :class:`countersign.client.Consumer`.
 
 Sync nodes take a :class:`MeshSigning` over :class:`countersign.client.Runtime` objects (and run under
 ``invoke`` or ``ainvoke``); ``async def`` nodes take an :class:`AsyncMeshSigning` over
@@ -24,7 +24,7 @@ Sync nodes take a :class:`MeshSigning` over :class:`countersign.client.Runtime` 
 :class:`Signing` or :class:`AsyncSigning` can stand in for the mesh (the workflow benchmark signs in
 process with the core's constructions).
 
-Needs the ``langgraph`` extra (``pip install 'countersign[langgraph]'``); this module imports
+Needs the ``langgraph`` extra (``pip install 'countersign-mesh[langgraph]'``); this module imports
 ``langgraph`` only when a node is wrapped.
 """
 
@@ -36,22 +36,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypedDict, TypeVar
 
 from countersign.canonical import canonicalize
-from countersign.client.handoff import Delegation
-from countersign.client.runtime import (
-    AsyncRuntime,
-    PathVerdict,
-    Runtime,
-    averify_path,
-    load_registry,
-    tls_from_env,
-    verify_path,
-)
-from countersign.client.tls import TlsConfig
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
+from countersign.client.consumer import Consumer
+from countersign.client.runtime import AsyncRuntime, Runtime
+from countersign.consumer import EvidenceVerdict
 from countersign.errors import ConfigError, MalformedError
-from countersign.policy import ConsumerPolicy
+from countersign.extras import install_command
+from countersign.handoff import Delegation
 from countersign.records import Path
-from countersign.registry import Registry
 
 EVIDENCE_KEY = "countersign"
 EXTRA = "langgraph"
@@ -62,9 +53,7 @@ def require_langgraph() -> Any:
     try:
         import langgraph.types
     except ImportError as exc:
-        raise ImportError(
-            f"countersign.integrations.langgraph needs LangGraph: pip install 'countersign[{EXTRA}]'"
-        ) from exc
+        raise ImportError(f"countersign.integrations.langgraph needs LangGraph: {install_command(EXTRA)}") from exc
     return langgraph.types
 
 
@@ -384,16 +373,17 @@ def signed_node(
 
 @dataclass(frozen=True)
 class StateVerdict:
-    """The verdict on every signed output of a graph's final state. Truthy only when there is at least
-    one and every one was accepted."""
+    """The verdicts on every signed output of a graph's final state, each the one verdict shape
+    (:class:`countersign.consumer.EvidenceVerdict`) beside the output it is for. Truthy only when
+    there is at least one and every one was accepted."""
 
-    outputs: tuple[tuple[SignedOutput, PathVerdict], ...]
+    outputs: tuple[tuple[SignedOutput, EvidenceVerdict], ...]
 
     def __bool__(self) -> bool:
         return bool(self.outputs) and all(verdict for _, verdict in self.outputs)
 
     @property
-    def rejected(self) -> tuple[tuple[SignedOutput, PathVerdict], ...]:
+    def rejected(self) -> tuple[tuple[SignedOutput, EvidenceVerdict], ...]:
         return tuple((signed, verdict) for signed, verdict in self.outputs if not verdict)
 
 
@@ -410,57 +400,19 @@ def _outputs(state: object) -> list[tuple[SignedOutput, bytes]]:
     return checks
 
 
-def verify_state(
-    state: object,
-    *,
-    verifier: VerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> StateVerdict:
-    """Check every receipt of a graph's final ``state`` against the bytes the state holds now (so an
-    output changed after it was signed is ``OUTPUT_MISMATCH``), as :func:`countersign.client.verify_path`
-    does: online, offline against a registry, or as the environment says; ``consumer_policy`` (yours,
-    spec 16.4) is applied to each receipt as there."""
-    checks = _outputs(state)
-    if isinstance(registry, str):
-        registry = load_registry(registry)
-    if isinstance(verifier, str):
-        with VerifierClient(verifier, tls or tls_from_env(environ), lanes=0) as client:
-            return verify_state(state, verifier=client, audit=audit, consumer_policy=consumer_policy)
+def verify_state(state: object, consumer: Consumer, *, audit: bool = False) -> StateVerdict:
+    """Check every receipt of a graph's final ``state`` with ``consumer`` (online or offline, its
+    policy applied as there) against the bytes the state holds now, so an output changed after it
+    was signed is ``OUTPUT_MISMATCH``. Accept mode consumes each receipt; ``audit`` consumes nothing.
+    Raises KeyError when the state lacks an output's keys, ServiceError when a verifier refuses."""
     return StateVerdict(
-        tuple(
-            (signed, verify_path(signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit,
-                                 environ=environ, consumer_policy=consumer_policy))
-            for signed, data in checks
-        )
-    )  # fmt: skip
+        tuple((signed, consumer.path(signed.receipt_json, data, audit=audit)) for signed, data in _outputs(state))
+    )
 
 
-async def averify_state(
-    state: object,
-    *,
-    verifier: AsyncVerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> StateVerdict:
+async def averify_state(state: object, consumer: Consumer, *, audit: bool = False) -> StateVerdict:
     """:func:`verify_state` for an event loop."""
-    checks = _outputs(state)
-    if isinstance(registry, str):
-        registry = load_registry(registry)
-    if isinstance(verifier, str):
-        async with AsyncVerifierClient(verifier, tls or tls_from_env(environ)) as client:
-            return await averify_state(state, verifier=client, audit=audit, consumer_policy=consumer_policy)
     outputs = []
-    for signed, data in checks:
-        verdict = await averify_path(
-            signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
-            consumer_policy=consumer_policy,
-        )  # fmt: skip
-        outputs.append((signed, verdict))
+    for signed, data in _outputs(state):
+        outputs.append((signed, await consumer.apath(signed.receipt_json, data, audit=audit)))
     return StateVerdict(tuple(outputs))

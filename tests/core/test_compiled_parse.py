@@ -1,4 +1,4 @@
-"""The compiled decoder (``countersign._compiled_parse``, ADR 0034) is held equal to the reference
+"""The compiled decoder (``countersign._compiled_parse``, ADR 0036) is held equal to the reference
 parser: over valid paths and sessions, over mutated and damaged text, and over every vector, a path
 or session evidence parses to the same value or fails with the same error, reason and index.
 

@@ -16,6 +16,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,7 @@ VALID = sorted((REPO_ROOT / "tests" / "vectors" / "valid").glob("*.json"))
 # compiled module loads it; cffi's Python half and pycparser are needed only to build PyNaCl).
 RUNTIME_MODULES = ("rfc8785", "nacl", "_cffi_backend")
 ABSENT = ("grpc", "grpc_status", "cryptography", "google.protobuf", "google.rpc", "psycopg", "boto3", "msgspec")
-# The one core module of an extra (``fast``, ADR 0034): nothing imports it when msgspec is missing.
+# The one core module of an extra (``fast``, ADR 0036): nothing imports it when msgspec is missing.
 FAST_ONLY = "countersign._compiled_parse"
 NOT_CORE = ("countersign.client", "countersign._daemon", "countersign._proto")
 
@@ -166,17 +167,18 @@ def test_the_command_line_helps_and_verifies_offline_on_the_core(core_only: Path
 
 
 @pytest.mark.parametrize(
-    ("command", "extra"),
-    [(["pki", "init", "--out", "ca"], "grpc"), (["verifier", "serve"], "server")],
+    ("command", "extra", "first_missing"),
+    [(["pki", "init", "--out", "ca"], "grpc", "grpc"), (["verifier", "serve"], "server", "cryptography")],
     ids=["pki", "serve"],
 )
 def test_a_command_that_needs_an_extra_names_it(
-    core_only: Path, tmp_path: Path, command: list[str], extra: str
+    core_only: Path, tmp_path: Path, command: list[str], extra: str, first_missing: str
 ) -> None:
     done = run(core_only, "-m", "countersign_cli", *command, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign[{extra}]'"
+        f"countersign {command[0]}: needs the '{extra}' extra (no module {first_missing}): "
+        f"pip install 'countersign-mesh[{extra}]'"
     ], done.stderr
 
 
@@ -189,4 +191,6 @@ def test_serve_help_without_the_server_extra_helps_and_names_the_extra(
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.startswith(f"usage: countersign {daemon} serve")
     assert "--config" in done.stdout
-    assert "need the 'server' extra (no module grpc): pip install 'countersign[server]'" in done.stdout
+    # The first module missing: gRPC's, or the TLS a daemon's settings read (errors need no gRPC: ADR 0036).
+    needs = r"need the 'server' extra \(no module (grpc|cryptography)\): pip install 'countersign-mesh\[server\]'"
+    assert re.search(needs, done.stdout), done.stdout

@@ -46,9 +46,14 @@ def test_mesh_demo_shows_every_outcome_and_exports_checkable_evidence(tmp_path: 
         "REJECT SESSION_GAP at receipt 1",
         "REJECT SESSION_TRUNCATED at the end",
     ]
+    # deployer-c's first replica is SIGKILLed after the second turn; the other signs turn 3 and the
+    # close receipt as seq 2 and 3 of the same session (accepted above), and the killed one restarts.
+    assert "SIGKILLed deployer-c (pid" in scene
+    assert "turn 3 and the close receipt signed by deployer-c-r1: seq 2 and 3" in scene
+    assert "deployer-c restarted on the same state" in scene
     assert "BAD " not in out
     shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
-    assert shutdown.count("exit 0") == 5
+    assert shutdown.count("exit 0") == 6  # a coordinator, four signer processes (two of deployer-c), a verifier
     assert {p.name for p in export.iterdir()} == {
         "path.json", "output.bin", "registry.json", "registry-log.json", "operator.pub.json", "verifier-state.db",
     }  # fmt: skip

@@ -55,7 +55,7 @@ def test_another_stores_variable_is_not_taken(monkeypatch: pytest.MonkeyPatch) -
 def test_an_unreachable_server_is_an_error_without_the_password(monkeypatch: pytest.MonkeyPatch, store: type) -> None:
     monkeypatch.setenv(postgres_store.PASSWORD_ENV, SECRET)
     monkeypatch.setenv(signer_postgres.PASSWORD_ENV, SECRET)
-    with pytest.raises(Exception) as failed:  # noqa: PT011 - ConfigError or StateUnavailable, by store
+    with pytest.raises(Exception) as failed:
         store("postgresql://countersign@127.0.0.1:9/countersign?connect_timeout=1")
     assert SECRET not in str(failed.value) and SECRET not in repr(failed.value)
 

@@ -906,8 +906,9 @@ def checkpoint_vector() -> dict[str, Any]:
 def handoff_vector(m: SampleMesh) -> dict[str, Any]:
     """A Delegation handoff (spec section 18) for a grant under the root of valid/signed-dag.json's path,
     and strings a child must refuse, each with the reason it is refused."""
-    from countersign.client.handoff import Delegation
+    from countersign.canonical import canonicalize_validated
     from countersign.client.results import Grant
+    from countersign.handoff import Delegation
 
     root = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:1])
     grant = Grant(
@@ -915,15 +916,33 @@ def handoff_vector(m: SampleMesh) -> dict[str, Any]:
         child_deployer="deployer-b", expires_ms=NOW_MS + 60_000,
     )  # fmt: skip
     text = Delegation(root, grant, "signer-a.example:7401").to_string()
+    decoded = json.loads(base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4)))
+    replicas = "signer-a-1.example:7401,signer-a-2.example:7401,[fd00::3]:7401"  # spec 18, 21.3
+    replicated = Delegation(root, grant, replicas).to_string()
+
+    def with_signer(parent_signer: str) -> str:
+        body = canonicalize_validated({**decoded, "parent_signer": parent_signer})
+        return "cs1." + base64.urlsafe_b64encode(body).rstrip(b"=").decode()
+
     return {
         "description": "a Delegation handoff: cs1. then unpadded base64url of the canonical JSON object",
         "handoff": text,
-        "decoded": json.loads(base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4))),
+        "decoded": decoded,
+        "replicated": {
+            "description": "the same grant, its parent_signer naming three replicas of the parent's signer",
+            "handoff": replicated,
+            "parent_signer": replicas,
+        },
         "invalid": [
             {"handoff": "cs2." + text[4:], "why": "an unknown version prefix"},
             {"handoff": text + "=", "why": "padding: one encoding per byte string"},
             {"handoff": text[:-8], "why": "truncated"},
             {"handoff": "cs1." + base64.urlsafe_b64encode(b'{"v":1}').rstrip(b"=").decode(), "why": "members missing"},
+            {"handoff": with_signer(",".join(f"s{i}.example:7401" for i in range(9))), "why": "nine parent signers"},
+            {"handoff": with_signer("a.example:7401,,b.example:7401"), "why": "an empty parent signer"},
+            {"handoff": with_signer("a.example:7401, b.example:7401"), "why": "a space in the parent signers"},
+            {"handoff": with_signer("a.example:7401,b.example"), "why": "a parent signer without a port"},
+            {"handoff": with_signer("a.example:7401,b.example:0"), "why": "a parent signer with port 0"},
         ],
     }
 

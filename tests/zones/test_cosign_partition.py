@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from countersign.client.errors import ServiceError
 from countersign.client.retry import RetryPolicy, delegate_with_retry
+from countersign.errors import ServiceError
 from countersign.records import Path
 from tests.zones.helpers import children_count, grant_used, issued_count, poll, service_error
 
