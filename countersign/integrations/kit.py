@@ -1,4 +1,4 @@
-"""The integration kit: what every framework integration is made of (ADR 0035; docs/extending.md).
+"""The integration kit: what every framework integration is made of (ADR 0037; docs/extending.md).
 
 An integration signs where a framework's agents emit bytes and checks where a consumer reads them.
 Whatever the framework, it needs the same few pieces, and they live here, once:

@@ -179,7 +179,7 @@ def output_bytes(output: Mapping[str, Any]) -> bytes:
         raise TypeError(f"a node's output: {exc}; name its keys with output_keys=") from None
 
 
-# The mesh (MeshSigning, AsyncMeshSigning) and the Signing protocols are the kit's (ADR 0035); the
+# The mesh (MeshSigning, AsyncMeshSigning) and the Signing protocols are the kit's (ADR 0037); the
 # roots a graph starts name the system "agents" unless MeshSigning(..., system=...) says otherwise.
 
 
