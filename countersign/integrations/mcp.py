@@ -65,7 +65,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from countersign.canonical import canonicalize
 from countersign.client.consumer import Consumer
-from countersign.client.runtime import AsyncRuntime
 from countersign.consumer import EvidenceVerdict
 from countersign.errors import ConfigError, ErrorCode, MalformedError, ServiceError
 from countersign.handoff import Delegation
@@ -208,33 +207,10 @@ class EvidenceMissing(kit.IntegrationRefusal):
 # --- server side: one client session's signing --------------------------------------------------
 
 
-RuntimeSource = AsyncRuntime | Callable[[], AsyncRuntime] | None
-
-
-@dataclass
-class _RuntimeHolder:
-    """The runtime, made on first use (an AsyncRuntime belongs to the event loop that made it, and a
-    server's loop starts after the middleware is built)."""
-
-    source: RuntimeSource
-    environ: Mapping[str, str] | None = None
-    _runtime: AsyncRuntime | None = None
-
-    def get(self) -> AsyncRuntime:
-        if self._runtime is None:
-            if isinstance(self.source, AsyncRuntime):
-                self._runtime = self.source
-            elif self.source is not None:
-                self._runtime = self.source()
-            else:
-                self._runtime = AsyncRuntime.from_env(self.environ)
-        return self._runtime
-
-    async def close(self) -> None:
-        """Close the runtime if this holder made it."""
-        if self._runtime is not None and not isinstance(self.source, AsyncRuntime):
-            await self._runtime.close()
-        self._runtime = None
+RuntimeSource = kit.RuntimeSource
+# The runtime, made on first use (an AsyncRuntime belongs to the event loop that made it, and a server's
+# loop starts after the middleware is built): the kit's LazyRuntime, under the name the proxy uses.
+_RuntimeHolder = kit.LazyRuntime
 
 
 def _delegation_in(meta: object) -> str | None:
