@@ -758,6 +758,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
                 if error.retryable:
                     self._parent_down.put(address, time.monotonic() + 10 * self._config.cosign_timeout_ms / 1000)
                     continue  # this replica cannot be reached (or timed out): ask the next
+                if error.code is ErrorCode.WRONG_SERVER:
+                    continue  # not the parent's signer at all (its certificate names another): ask the next
                 break
             self._parent_down.put(address, 0.0)
             return _allowed(parent_cosignature(proposal, response.parent_cosignature, parent_key))
