@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_VERSION := 26.3
-# Everything the tests and the demo use: the daemons (server), the exports, both shared stores, the
-# LangGraph integration, and the tools (dev).
-EXTRAS := dev,server,export,postgres,aws,langgraph,mcp,a2a
+# Everything the tests and the demo use: every extra pyproject.toml declares but the benchmark peers
+# (bench), so the daemons, the exports, the shared stores, every framework integration and the tools
+# (dev). A new extra needs no line here (docs/extending.md).
+EXTRAS := $(shell $(PYTHON) -c 'import tomllib; extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(",".join(e for e in extras if e != "bench"))')
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
@@ -101,9 +102,11 @@ workflow: $(STAMP)
 	$(PY) -m bench.workflow
 	$(PY) -m bench.live_workflow
 
-# Three zones on one machine (network namespaces): latency, issuance and revocation delay.
+# Three zones on one machine (network namespaces): latency, issuance and revocation delay; what four
+# faults cost signer replicas in every zone (docs/zones.md).
 zones: $(STAMP) zones-deps
 	$(PY) -m tools.zones measure
+	$(PY) -m tools.zones faults
 
 conformance: $(STAMP)
 	$(VENV)/bin/countersign conformance --trials 1000

@@ -20,6 +20,7 @@ EXTRAS: Final = {
     "langgraph": "countersign.integrations.langgraph",
     "mcp": "countersign.integrations.mcp",
     "a2a": "countersign.integrations.a2a",
+    "openai-agents": "countersign.integrations.openai_agents",
 }
 
 

@@ -94,7 +94,7 @@ class Consumer:
     verifier_policy: VerifierPolicy = DEFAULT_POLICY
     clock_ms: Callable[[], int] = wall_clock_ms
     lanes: int = 4
-    # Online, with several verifier replicas: each check is asked at the one that answered last, then
+    # Online, with several verifier replicas: each check is asked at the first named replica that is up, then
     # the others in turn, under one request id (a retry is answered as the first attempt was).
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_s: float = 30.0

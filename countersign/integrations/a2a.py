@@ -42,10 +42,9 @@ from countersign.client.runtime import AsyncRuntime
 from countersign.compact import compact_path, is_compact, path_from_compact
 from countersign.consumer import EvidenceVerdict
 from countersign.errors import ErrorCode, MalformedError, ServiceError
-from countersign.extras import install_command
 from countersign.handoff import Delegation
+from countersign.integrations import kit
 from countersign.records import Path
-from countersign.verify import malformed_result
 
 if TYPE_CHECKING:  # the a2a-sdk types, for the checker only: the module imports a2a lazily
     from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -64,11 +63,7 @@ MAX_RECEIPT_CHARS: Final = 64 * 1024
 
 def require_a2a() -> types.ModuleType:
     """The ``a2a.types`` module; ImportError naming the extra when a2a-sdk is not installed."""
-    try:
-        import a2a.types
-    except ImportError as exc:
-        raise ImportError(f"countersign.integrations.a2a needs a2a-sdk: {install_command(EXTRA)}") from exc
-    return a2a.types
+    return kit.require("a2a", EXTRA, "a2a.types")
 
 
 # --- the Agent Card --------------------------------------------------------------------------------
@@ -159,13 +154,10 @@ def artifact_receipt(artifact: Artifact) -> bytes:
 # --- the child's side: the executor wrapper ------------------------------------------------------
 
 
-class A2ARefusal(ServiceError):
+class A2ARefusal(kit.IntegrationRefusal):
     """A refusal seen through A2A: the child refused the delegation (or could not sign), and the task
     ended ``TASK_STATE_FAILED`` with the code in its status message's metadata. A ServiceError, so the
     same ``except ServiceError`` catches it and a signer's refusal, each with its ``code``."""
-
-    def __init__(self, code: ErrorCode | str, message: str) -> None:
-        super().__init__(code, message)
 
 
 RuntimeSource = AsyncRuntime | Callable[[], AsyncRuntime]
@@ -186,8 +178,7 @@ class _Signer:
 
     async def sign(self, artifact: Artifact) -> None:
         agent = await self.accepted
-        session = f"{self.instance}.{agent.leaf.record.nonce}"  # one session per accepted record
-        receipt = await self.runtime.receipt(agent, artifact_bytes(artifact), session=session)
+        receipt = await self.runtime.receipt(agent, artifact_bytes(artifact), session=kit.session_of(agent))
         text = compact_path(receipt) if self.compact else receipt.to_bytes().decode("utf-8")
         artifact.metadata.update({RECEIPT_KEY: text})
 
@@ -268,8 +259,7 @@ class SignedExecutor:
         compact_receipts: bool = False,
     ) -> None:
         self.inner = inner
-        self._runtime_source = runtime
-        self._runtime: AsyncRuntime | None = runtime if isinstance(runtime, AsyncRuntime) else None
+        self._runtime = kit.LazyRuntime(runtime)
         self.instance = instance
         self.require_delegation = require_delegation
         self.ttl_ms = ttl_ms
@@ -279,11 +269,7 @@ class SignedExecutor:
 
     @property
     def runtime(self) -> AsyncRuntime:
-        if self._runtime is None:
-            source = self._runtime_source
-            assert callable(source)
-            self._runtime = source()
-        return self._runtime
+        return self._runtime.get()
 
     async def _accept(self, context: RequestContext) -> Path:
         handoff = message_delegation(context.message)
@@ -391,26 +377,17 @@ def raise_for_refusal(task: Task) -> None:
         raise refusal
 
 
-def _checked(artifact: Artifact) -> tuple[bytes, bytes] | EvidenceVerdict:
-    try:
-        return artifact_receipt(artifact), artifact_bytes(artifact)
-    except MalformedError as exc:
-        return EvidenceVerdict(malformed_result(exc), 0)
+def _read(artifact: Artifact) -> kit.ReadOutput:
+    return lambda: (artifact_receipt(artifact), artifact_bytes(artifact))
 
 
 def verify_artifact(artifact: Artifact, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
     """Check an artifact's receipt with ``consumer`` (online or offline, its policy applied as there)
     against the artifact's own bytes (:func:`artifact_bytes`). Accept mode consumes the receipt;
     ``audit`` nothing. An artifact without a receipt, or of another shape, is a MALFORMED verdict."""
-    checked = _checked(artifact)
-    if isinstance(checked, EvidenceVerdict):
-        return checked
-    return consumer.path(*checked, audit=audit)
+    return kit.verify_output(_read(artifact), consumer, audit=audit)
 
 
 async def averify_artifact(artifact: Artifact, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
     """:func:`verify_artifact` for an event loop."""
-    checked = _checked(artifact)
-    if isinstance(checked, EvidenceVerdict):
-        return checked
-    return await consumer.apath(*checked, audit=audit)
+    return await kit.averify_output(_read(artifact), consumer, audit=audit)

@@ -53,7 +53,6 @@ read JSON and duck-typed models and need only the client package.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import os
@@ -66,14 +65,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from countersign.canonical import canonicalize
 from countersign.client.consumer import Consumer
-from countersign.client.runtime import AsyncRuntime
 from countersign.consumer import EvidenceVerdict
 from countersign.errors import ConfigError, ErrorCode, MalformedError, ServiceError
-from countersign.extras import install_command
 from countersign.handoff import Delegation
+from countersign.integrations import kit
 from countersign.records import BindingScope, Path
 from countersign.sessions import SessionEvidence
-from countersign.verify import malformed_result
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -104,14 +101,9 @@ _log = logging.getLogger(__name__)
 
 
 def require_mcp() -> Any:
-    """The ``mcp_types`` module; ImportError naming the extra when the MCP SDK is not installed."""
-    try:
-        import mcp_types
-
-        importlib.import_module("mcp.shared.exceptions")  # the SDK itself, not only its types package
-    except ImportError as exc:
-        raise ImportError(f"countersign.integrations.mcp needs the MCP SDK: {install_command(EXTRA)}") from exc
-    return mcp_types
+    """The ``mcp_types`` module; ImportError naming the extra when the MCP SDK is not installed (the
+    SDK itself, not only its types package)."""
+    return kit.require("mcp", EXTRA, "mcp_types", "mcp.shared.exceptions")
 
 
 # --- the signed bytes ---------------------------------------------------------------------------
@@ -194,16 +186,17 @@ def refusal_error(error: ServiceError) -> MCPError:
     return MCPError(REFUSAL_CODE, refusal_message(error), refusal_data(error))
 
 
-def refusal(error: BaseException) -> ServiceError | None:
-    """The :class:`ServiceError` a Countersign refusal carried (an ``MCPError`` a client received, or
-    any exception with the same ``code`` and ``data``); None for any other error."""
+def refusal(error: BaseException) -> kit.IntegrationRefusal | None:
+    """The refusal a Countersign tool server sent (an ``MCPError`` a client received, or any
+    exception with the same ``code`` and ``data``), as a ServiceError with its code; None for any
+    other error."""
     code, message, data = getattr(error, "code", None), str(error), getattr(error, "data", None)
     if code != REFUSAL_CODE or not isinstance(data, Mapping) or not isinstance(data.get(ERROR_KEY), str):
         return None
-    return ServiceError(ErrorCode.of(data[ERROR_KEY]), message, retryable=data.get("retryable") is True)
+    return kit.IntegrationRefusal(ErrorCode.of(data[ERROR_KEY]), message, retryable=data.get("retryable") is True)
 
 
-class EvidenceMissing(ServiceError):
+class EvidenceMissing(kit.IntegrationRefusal):
     """A tool result carries no Countersign evidence (``INVALID_ARGUMENT``): it was not signed, or its
     ``_meta`` was stripped on the way."""
 
@@ -214,33 +207,10 @@ class EvidenceMissing(ServiceError):
 # --- server side: one client session's signing --------------------------------------------------
 
 
-RuntimeSource = AsyncRuntime | Callable[[], AsyncRuntime] | None
-
-
-@dataclass
-class _RuntimeHolder:
-    """The runtime, made on first use (an AsyncRuntime belongs to the event loop that made it, and a
-    server's loop starts after the middleware is built)."""
-
-    source: RuntimeSource
-    environ: Mapping[str, str] | None = None
-    _runtime: AsyncRuntime | None = None
-
-    def get(self) -> AsyncRuntime:
-        if self._runtime is None:
-            if isinstance(self.source, AsyncRuntime):
-                self._runtime = self.source
-            elif self.source is not None:
-                self._runtime = self.source()
-            else:
-                self._runtime = AsyncRuntime.from_env(self.environ)
-        return self._runtime
-
-    async def close(self) -> None:
-        """Close the runtime if this holder made it."""
-        if self._runtime is not None and not isinstance(self.source, AsyncRuntime):
-            await self._runtime.close()
-        self._runtime = None
+RuntimeSource = kit.RuntimeSource
+# The runtime, made on first use (an AsyncRuntime belongs to the event loop that made it, and a server's
+# loop starts after the middleware is built): the kit's LazyRuntime, under the name the proxy uses.
+_RuntimeHolder = kit.LazyRuntime
 
 
 def _delegation_in(meta: object) -> str | None:
@@ -440,30 +410,17 @@ def wrapped_evidence_of(result: object) -> list[Path]:
     return [evidence_of({"content": [], "_meta": {EVIDENCE_KEY: evidence}}) for evidence in kept]
 
 
-def _parsed(result: object) -> tuple[Path, bytes] | EvidenceVerdict:
-    try:
-        return evidence_of(result), result_bytes(result)
-    except MalformedError as exc:
-        return EvidenceVerdict(malformed_result(exc), 0)
-
-
 def verify_result(result: object, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
     """Check a tool result's evidence with ``consumer`` against :func:`result_bytes` of the result
     itself. A result whose bytes differ from what was signed is ``OUTPUT_MISMATCH``; malformed
     evidence is ``MALFORMED`` (registry sequence 0). Accept mode consumes the receipt; ``audit``
     nothing. Raises :class:`EvidenceMissing` when the result carries no evidence at all."""
-    parsed = _parsed(result)
-    if isinstance(parsed, EvidenceVerdict):
-        return parsed
-    return consumer.path(*parsed, audit=audit)
+    return kit.verify_output(lambda: (evidence_of(result), result_bytes(result)), consumer, audit=audit)
 
 
 async def averify_result(result: object, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
     """:func:`verify_result` for an event loop."""
-    parsed = _parsed(result)
-    if isinstance(parsed, EvidenceVerdict):
-        return parsed
-    return await consumer.apath(*parsed, audit=audit)
+    return await kit.averify_output(lambda: (evidence_of(result), result_bytes(result)), consumer, audit=audit)
 
 
 def session_evidence(results: Sequence[object]) -> tuple[SessionEvidence, list[bytes | None]]:
@@ -480,13 +437,6 @@ def session_evidence(results: Sequence[object]) -> tuple[SessionEvidence, list[b
     return SessionEvidence(agent, tuple(path.leaf for path in paths)), outputs
 
 
-def _session(results: Sequence[object]) -> tuple[SessionEvidence, list[bytes | None]] | EvidenceVerdict:
-    try:
-        return session_evidence(results)
-    except MalformedError as exc:
-        return EvidenceVerdict(malformed_result(exc), 0)
-
-
 def check_session(
     results: Sequence[object], consumer: Consumer, *, audit: bool = False, require_closed: bool = False
 ) -> EvidenceVerdict:
@@ -498,22 +448,18 @@ def check_session(
     consumes every receipt, all or nothing (a receipt already accepted alone makes it
     ``NONCE_REPLAYED``: check those with ``audit=True``). Malformed evidence is a ``MALFORMED`` verdict;
     a result without evidence raises :class:`EvidenceMissing`."""
-    parsed = _session(results)
-    if isinstance(parsed, EvidenceVerdict):
-        return parsed
-    evidence, outputs = parsed
-    return consumer.session(evidence, outputs, audit=audit, require_closed=require_closed)
+    return kit.verify_session_output(
+        lambda: session_evidence(results), consumer, audit=audit, require_closed=require_closed
+    )
 
 
 async def acheck_session(
     results: Sequence[object], consumer: Consumer, *, audit: bool = False, require_closed: bool = False
 ) -> EvidenceVerdict:
     """:func:`check_session` for an event loop."""
-    parsed = _session(results)
-    if isinstance(parsed, EvidenceVerdict):
-        return parsed
-    evidence, outputs = parsed
-    return await consumer.asession(evidence, outputs, audit=audit, require_closed=require_closed)
+    return await kit.averify_session_output(
+        lambda: session_evidence(results), consumer, audit=audit, require_closed=require_closed
+    )
 
 
 def delegation_meta(handoff: Delegation | str, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -46,6 +46,8 @@ def _raised_codes() -> list[tuple[str, int, str]]:
         "CheckpointError",
         "_refuse",
         "Refusal",
+        "IntegrationRefusal",
+        "A2ARefusal",
     }
     found = []
     for top in ("countersign", "countersign_cli", "signer", "verifier", "coordinator"):
@@ -82,7 +84,7 @@ def test_a_client_maps_an_unknown_reason_into_the_list() -> None:
 
 # --- the status of a code: chosen once, at the servicer edge, from one table --------------------------
 
-ERROR_MAKERS = {"ServiceError", "HandoffError", "A2ARefusal", "EvidenceMissing"}
+ERROR_MAKERS = {"ServiceError", "HandoffError", "IntegrationRefusal", "A2ARefusal", "EvidenceMissing"}
 
 
 def test_the_edge_table_gives_every_code_one_status_and_the_api_table_agrees() -> None:

@@ -60,7 +60,7 @@ def test_the_pages_keep_their_budget_and_start_from_the_kept_mesh() -> None:
         first = next(b for b in runnable(page) if KEPT_MESH in b.code)
         assert runnable(page).index(first) < min(i for i, b in enumerate(runnable(page)) if b.language == "python")
     excerpts = [b for page in (README, QUICKSTART) for b in blocks(page) if b.info.startswith("from ")]
-    assert len(excerpts) == 4
+    assert len(excerpts) == 5
     assert {block.info: missing_from_source(block, REPO) for block in excerpts} == {b.info: [] for b in excerpts}
 
 
@@ -145,3 +145,5 @@ def test_the_examples_run_on_the_users_mesh(kept: KeptMesh) -> None:
     assert "verified: ACCEPT emitted by deployer-b" in a2a and "tampered artifact: OUTPUT_MISMATCH" in a2a
     mcp = example("mcp_client.py", kept)
     assert "mcp-proxy: ACCEPT emitted by deployer-b seq 2" in mcp and "dropped result: SESSION_GAP" in mcp
+    agents = example("openai_agents_support.py", kept)
+    assert "verified final output: ACCEPT emitted by deployer-b" in agents

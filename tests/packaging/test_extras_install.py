@@ -43,6 +43,8 @@ PROMISES: dict[str, str] = {
     "mcp": "from countersign.integrations.mcp import SigningMiddleware, check_session, verify_result\n"
     "SigningMiddleware()\n",
     "a2a": "from countersign.integrations.a2a import SignedExecutor, require_a2a, verify_artifact\nrequire_a2a()\n",
+    "openai-agents": "from countersign.integrations.openai_agents import RunEvidence, SigningHooks, verify_run\n"
+    "from countersign.integrations.kit import AsyncMeshSigning\nfrom agents.testing import ScriptedModel\n",
 }
 # Packages a line must not bring (the core is verify-only; ADR 0017).
 ABSENT = {"": ("grpc", "cryptography", "google.protobuf")}
@@ -76,9 +78,13 @@ def test_every_install_line_names_the_distribution_and_a_declared_extra() -> Non
         assert extra in PROMISES, f"say what {requirement} promises in PROMISES"
         assert install_command(extra or None) in "".join(page.read_text() for page in PAGES), requirement
     assert set(EXTRAS) <= set(declared)
-    # The integration extras bring the client SDK they sign and check through.
-    for extra in ("langgraph", "mcp", "a2a"):
+    # The integration extras (those the registry says install an integration) bring the client SDK they
+    # sign and check through, and a page prints each one's install line.
+    integrations = [extra for extra, what in EXTRAS.items() if what.startswith("countersign.integrations.")]
+    assert {"langgraph", "mcp", "a2a", "openai-agents"} <= set(integrations)
+    for extra in integrations:
         assert f"{DISTRIBUTION}[grpc]" in declared[extra], extra
+        assert f"{DISTRIBUTION}[{extra}]" in lines, extra
 
 
 def _digest() -> str:

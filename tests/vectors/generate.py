@@ -654,6 +654,7 @@ def generate(out: FilePath) -> None:
     write(out / "handoff.json", handoff_vector(m))
     write(out / "compact-path.json", compact_vector(m))
     write(out / "mcp.json", mcp_vector())
+    write(out / "openai-agents.json", openai_agents_vector())
     write(out / "rotation.json", rotation_vector())
     write(out / "checkpoint.json", checkpoint_vector())
 
@@ -746,6 +747,39 @@ def mcp_vector() -> dict[str, Any]:
             }
             for name, description, result in cases
         ],
+    }
+
+
+def openai_agents_vector() -> dict[str, Any]:
+    """OpenAI Agents SDK outputs (spec section 22) and the exact bytes their receipts hash: tool results
+    as the ``output`` of their ``function_call_output`` item, final outputs as the agent produced them."""
+    from countersign.integrations.openai_agents import final_output_bytes, tool_output_bytes
+
+    tool_results: list[tuple[str, str, Any]] = [
+        ("text", "a tool that returned text: its UTF-8", "invoice A7: 42.00 \u20ac"),
+        ("stringified", "a tool that returned a dict: the SDK gives the model str() of it, signed as that text",
+         "{'currency': 'EUR', 'limit': 100}"),
+        ("structured", "structured content items (ToolOutputText, ToolOutputImage): canonical JSON of the list",
+         [{"type": "input_text", "text": "refunds within 30 days"},
+          {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}]),
+    ]  # fmt: skip
+    final_outputs: list[tuple[str, str, Any]] = [
+        ("text", "a final output of the default output type (str): its UTF-8", "Refund of 42.00 EUR approved."),
+        ("structured", "a structured final output (output_type): canonical JSON of its JSON form",
+         {"invoice": "A7", "amount": 42, "approved": True}),
+    ]  # fmt: skip
+
+    def case(name: str, description: str, value: Any, signed: bytes, member: str) -> dict[str, Any]:
+        return {
+            "name": name, "description": description, member: value,
+            "signed_bytes": signed.decode("utf-8"), "sha256": sha256_digest(signed),
+        }  # fmt: skip
+
+    return {
+        "description": "docs/spec.md section 22: the bytes an OpenAI Agents SDK tool result's or final output's "
+        "receipt hashes, and their SHA-256.",
+        "tool_results": [case(n, d, v, tool_output_bytes(v), "output") for n, d, v in tool_results],
+        "final_outputs": [case(n, d, v, final_output_bytes(v), "final_output") for n, d, v in final_outputs],
     }
 
 
