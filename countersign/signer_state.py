@@ -75,12 +75,16 @@ class Proposal:
 class RequestRecord:
     """A signing call answered under a runtime's ``request_id``: the call's fingerprint (what was asked,
     see :func:`request_fingerprint`) and its answer, kept until ``expires_ms``. A retry of the call under
-    the same id gets this answer back (spec 21.2)."""
+    the same id gets this answer back (spec 21.2).
+
+    ``record``: when the answer carries the path of a record issued in the same write, that record's
+    digest, and ``answer`` is kept without the path (it is kept once, with the record, not twice)."""
 
     request_id: str
     fingerprint: str
     answer: bytes
     expires_ms: int
+    record: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,14 +214,14 @@ class RequestReused:
     message: str = "request_id was already used for a different request"
 
 
-def earlier_answer(stored: RequestRecord | None, fingerprint: str) -> bytes | RequestReused | None:
-    """The answer a call gets back because it was answered before under its request id (a retry),
-    :class:`RequestReused` when that id answered another call, or None: decide it afresh."""
+def earlier_answer(stored: RequestRecord | None, fingerprint: str) -> RequestRecord | RequestReused | None:
+    """What a call gets back because it was answered before under its request id (a retry: the stored
+    answer), :class:`RequestReused` when that id answered another call, or None: decide it afresh."""
     if stored is None:
         return None
     if stored.fingerprint != fingerprint:
         return RequestReused()
-    return stored.answer
+    return stored
 
 
 # --- the reference semantics ----------------------------------------------------------------------
