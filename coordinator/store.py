@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 from urllib.parse import urlsplit
 
 from countersign._daemon.sqlite import open_sqlite, sqlite_file
 from countersign.errors import ConfigError, StateUnavailable
+from countersign.plugins import Plugin, open_plugin
 
 
 class LogConflict(Exception):
@@ -159,33 +160,28 @@ def _sqlite(url: str) -> LogStore:
 
 
 def _postgresql(url: str) -> LogStore:
-    try:
-        from coordinator.postgres_store import PostgresLogStore
-    except ImportError as exc:
-        raise ConfigError(f"a PostgreSQL log_store needs the 'postgres' extra (psycopg): {exc}") from None
+    from coordinator.postgres_store import PostgresLogStore
+
     return PostgresLogStore(url)
 
 
 def _dynamodb(url: str) -> LogStore:
-    try:
-        from coordinator.dynamodb_store import DynamoDbLogStore
-    except ImportError as exc:
-        raise ConfigError(f"a DynamoDB log_store needs the 'aws' extra (boto3): {exc}") from None
+    from coordinator.dynamodb_store import DynamoDbLogStore
+
     return DynamoDbLogStore(url)
 
 
-LOG_STORE_FOR_SCHEME: dict[str, Callable[[str], LogStore]] = {
-    "sqlite": _sqlite,
-    "postgresql": _postgresql,
-    "postgres": _postgresql,
-    "dynamodb": _dynamodb,
+_POSTGRESQL = Plugin(_postgresql, "postgresql://user@host/db?schema=NAME", "replicas across hosts", "postgres")
+# The registry log's stores by URL scheme (countersign.plugins: the command line's help and hints read it).
+LOG_STORE_FOR_SCHEME: Final[Mapping[str, Plugin[Callable[[str], LogStore]]]] = {
+    "sqlite": Plugin(_sqlite, "sqlite:///path/registry.db", "coordinators on one host share the file"),
+    "postgresql": _POSTGRESQL,
+    "postgres": _POSTGRESQL,
+    "dynamodb": Plugin(_dynamodb, "dynamodb://TABLE?region=R", "replicas across zones", "aws"),
 }
 
 
 def open_log_store(url: str) -> LogStore:
-    """Open the registry log a URL names. Raises ConfigError for an unknown or malformed URL."""
-    scheme = urlsplit(url).scheme
-    factory = LOG_STORE_FOR_SCHEME.get(scheme)
-    if factory is None:
-        raise ConfigError(f"unknown log_store scheme {scheme!r}; known: {', '.join(sorted(LOG_STORE_FOR_SCHEME))}")
-    return factory(url)
+    """Open the registry log a URL names. Raises ConfigError for an unknown or malformed URL or a
+    missing extra."""
+    return open_plugin(LOG_STORE_FOR_SCHEME, urlsplit(url).scheme, url, kind="log_store scheme", error=ConfigError)

@@ -8,10 +8,10 @@ import asyncio
 import sys
 
 from countersign.errors import ConfigError
-from countersign_cli.main import UsageError
+from countersign_cli.common import Commands, UsageError
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     proxy = commands.add_parser(
         "mcp-proxy",
         help="run an MCP stdio server as a child and sign each tool result it returns",
