@@ -21,7 +21,8 @@ from collections.abc import Iterator, Sequence
 import grpc
 import prometheus_client
 
-from coordinator.store import LogConflict, LogStore, StoredCheckpoint, open_log_store
+from coordinator.log_stores import open_log_store
+from coordinator.store import LogConflict, LogStore, StoredCheckpoint
 from countersign._daemon.config import parse_operator_key, validate_daemon
 from countersign._daemon.edge import servicer_edge
 from countersign._daemon.limits import LimitsConfig

@@ -1,5 +1,5 @@
 """Durable storage of the registry log: an append-only table of signed statements and the latest
-operator checkpoint, chosen by URL (docs/stores.md "Registry log").
+operator checkpoint (docs/stores.md "Registry log"); :mod:`coordinator.log_stores` opens the one a URL names.
 
 ``sqlite:///path`` (default; coordinators on one host may share the file), ``postgresql://…`` and
 ``dynamodb://TABLE?region=…`` (coordinator replicas in several zones share one log). The store only
@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
-from urllib.parse import urlsplit
+from typing import Protocol
 
-from countersign._daemon.sqlite import open_sqlite, sqlite_file
+from countersign._daemon.sqlite import open_sqlite
 from countersign.errors import ConfigError, StateUnavailable
-from countersign.plugins import Plugin, open_plugin
 
 
 class LogConflict(Exception):
@@ -149,39 +146,3 @@ def statements_in_order(start: int, rows: list[tuple[int, bytes]] | list[tuple[o
         if sequence != expected:
             raise ConfigError(f"registry log has a gap at sequence {expected}")
     return [bytes(statement) for _, statement in rows]  # type: ignore[call-overload]
-
-
-def _sqlite(url: str) -> LogStore:
-    path = sqlite_file(url)
-    if path is None:
-        shapes = "sqlite:///relative/registry.db or sqlite:////absolute/registry.db"
-        raise ConfigError(f"log_store must look like {shapes}, got {url!r}")
-    return SqliteLogStore(path)
-
-
-def _postgresql(url: str) -> LogStore:
-    from coordinator.postgres_store import PostgresLogStore
-
-    return PostgresLogStore(url)
-
-
-def _dynamodb(url: str) -> LogStore:
-    from coordinator.dynamodb_store import DynamoDbLogStore
-
-    return DynamoDbLogStore(url)
-
-
-_POSTGRESQL = Plugin(_postgresql, "postgresql://user@host/db?schema=NAME", "replicas across hosts", "postgres")
-# The registry log's stores by URL scheme (countersign.plugins: the command line's help and hints read it).
-LOG_STORE_FOR_SCHEME: Final[Mapping[str, Plugin[Callable[[str], LogStore]]]] = {
-    "sqlite": Plugin(_sqlite, "sqlite:///path/registry.db", "coordinators on one host share the file"),
-    "postgresql": _POSTGRESQL,
-    "postgres": _POSTGRESQL,
-    "dynamodb": Plugin(_dynamodb, "dynamodb://TABLE?region=R", "replicas across zones", "aws"),
-}
-
-
-def open_log_store(url: str) -> LogStore:
-    """Open the registry log a URL names. Raises ConfigError for an unknown or malformed URL or a
-    missing extra."""
-    return open_plugin(LOG_STORE_FOR_SCHEME, urlsplit(url).scheme, url, kind="log_store scheme", error=ConfigError)

@@ -55,7 +55,7 @@ def extra_bringing(module: str | None) -> str | None:
 
 def needs_extra(extra: str, missing: str | None = None) -> str:
     """What to install, in the words every hint uses: "the 'aws' extra (no module boto3): pip install
-    'countersign-mesh[aws]'". ``missing``: the module found missing, named when known. Raises KeyError
-    for an extra the distribution does not declare."""
-    why = "" if missing is None else f" (no module {missing})"
+    'countersign-mesh[aws]'". ``missing``: the module found missing (its top-level package is named),
+    when known. Raises KeyError for an extra the distribution does not declare."""
+    why = "" if missing is None else f" (no module {missing.partition('.')[0]})"
     return f"the '{extra}' extra{why}: {install_command(extra)}"

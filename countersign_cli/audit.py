@@ -11,7 +11,7 @@ import json
 from pathlib import Path as FilePath
 
 from countersign.errors import MalformedError
-from countersign.export import EXPORTER_FOR_FORMAT, FORMATS, ExportError, export_path
+from countersign.export import EXPORTER_FOR_FORMAT, ExportError, export_path
 from countersign.export.registry_log import LogRefused
 from countersign.plugins import described
 from countersign_cli.common import (
@@ -31,7 +31,10 @@ from countersign_cli.common import (
 def register(commands: Commands) -> None:
     export = commands.add_parser("export", help="write a path as DSSE, an in-toto Statement or W3C PROV")
     export.add_argument(
-        "--format", required=True, choices=FORMATS, help=f"the document to write: {described(EXPORTER_FOR_FORMAT)}"
+        "--format",
+        required=True,
+        choices=tuple(EXPORTER_FOR_FORMAT),
+        help=f"the document to write: {described(EXPORTER_FOR_FORMAT)}",
     )
     export.add_argument("--path", required=True, help="path.json")
     export.add_argument(

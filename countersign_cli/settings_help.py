@@ -68,7 +68,7 @@ def plugin_meanings() -> dict[str, str]:
     """The settings that name a plug-in, each meaning read from its registry (countersign.plugins), so
     that the help lists every scheme there is and the extra each needs. Imports the registries (light:
     no plug-in is imported), so only when the help is shown."""
-    from coordinator.store import LOG_STORE_FOR_SCHEME
+    from coordinator.log_stores import LOG_STORE_FOR_SCHEME
     from signer.backends import SIGNER_FOR_URI_SCHEME
     from signer.stores import STATE_FOR_SCHEME
     from verifier.stores import STORE_FOR_SCHEME
