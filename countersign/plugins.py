@@ -20,17 +20,17 @@ from typing import Any, Generic, TypeVar
 
 from countersign.extras import EXTRAS, extra_bringing, needs_extra
 
-F = TypeVar("F", bound=Callable[..., Any], covariant=True)  # a Plugin of a narrower maker is one of a wider
+F_co = TypeVar("F_co", bound=Callable[..., Any], covariant=True)  # a Plugin of a narrower maker is one of a wider
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class Plugin(Generic[F]):
+class Plugin(Generic[F_co]):
     """One plug-in: ``make`` builds it (and imports its module, only then); ``usage`` is how a user
     names it (``postgresql://user@host/db?schema=NAME``); ``summary`` says what it is in a few words;
     ``extra`` is the extra that brings the packages it needs (None: the core's own suffice)."""
 
-    make: F
+    make: F_co
     usage: str
     summary: str
     extra: str | None = None

@@ -109,40 +109,44 @@ def register(commands: Commands) -> None:
     sample_session.add_argument("--seed", help="derive keys from this seed (reproducible test material)")
     sample_session.set_defaults(handler=cmd_sample_session)
 
-    verify_session = commands.add_parser(
+    verify_session_parser = commands.add_parser(
         "verify-session", help="verify a session's receipts, in order, for its outputs; print one JSON verdict"
     )
-    verify_session.add_argument("--path", required=True, help="the path to the emitting agent (agent.json)")
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--path", required=True, help="the path to the emitting agent (agent.json)")
+    verify_session_parser.add_argument(
         "--receipts", required=True, help="a directory of receipt envelopes (*.json, in name order) or one JSON array"
     )
-    verify_session.add_argument(
+    verify_session_parser.add_argument(
         "--outputs",
         help="directory of outputs: <receipt file stem>.bin (or <position>.bin, 6 digits); absent: not checked",
     )
-    verify_session.add_argument("--registry", help="registry.json (required unless --verifier is given)")
-    verify_session.add_argument("--verifier", help="host:port of a verifier service: verify remotely (VerifySession)")
-    verify_session.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
-    verify_session.add_argument("--cert", default="", help="with --verifier: client certificate (mTLS)")
-    verify_session.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--registry", help="registry.json (required unless --verifier is given)")
+    verify_session_parser.add_argument(
+        "--verifier", help="host:port of a verifier service: verify remotely (VerifySession)"
+    )
+    verify_session_parser.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
+    verify_session_parser.add_argument("--cert", default="", help="with --verifier: client certificate (mTLS)")
+    verify_session_parser.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
+    verify_session_parser.add_argument(
         "--insecure-loopback", action="store_true", help="with --verifier: plaintext, loopback only"
     )
-    verify_session.add_argument("--closed", action="store_true", help="require the session's close receipt")
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--closed", action="store_true", help="require the session's close receipt")
+    verify_session_parser.add_argument(
         "--audit",
         action="store_true",
         help="consume nothing (with --verifier; offline nothing durable is consumed either way, and --audit "
         "only skips the check that no two receipts share a nonce, as a verifier's audit mode does)",
     )
-    verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
-    verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
+    verify_session_parser.add_argument(
+        "--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP
+    )
+    verify_session_parser.add_argument(
         "--policy",
         help="consumer policy file (docs/spec.md section 16) applied to each receipt's path; with --verifier it "
         "is applied here, and a session it refuses is only audited (consumes nothing)",
     )
-    verify_session.set_defaults(handler=cmd_verify_session)
+    verify_session_parser.set_defaults(handler=cmd_verify_session)
 
     inspect = commands.add_parser("inspect", help="print a readable tree of a path (checks nothing unless --verify)")
     inspect.add_argument("path", help="path.json")
@@ -245,7 +249,7 @@ def _receipt_files(location: str) -> tuple[bytes | list[bytes], list[str] | None
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
-    from countersign.sessions import session_from_parts, verify_session
+    from countersign.sessions import session_from_parts, verify_session_evidence
     from countersign.state import InMemoryState
 
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
@@ -278,7 +282,7 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         # Offline, the state step (spec 17.4) runs against a fresh, empty state, as verify's memory:
         # store does for one path: a nonce two receipts share, or a delegation beyond max_children in
         # the agent path, is refused here as a verifier refuses it.
-        result = verify_session(
+        result = verify_session_evidence(
             session, outputs, registry=registry, state=InMemoryState(),
             mode=Mode.AUDIT if args.audit else Mode.ACCEPT,
             now_ms=args.now_ms if args.now_ms is not None else now_ms(), require_closed=args.closed,

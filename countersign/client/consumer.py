@@ -24,25 +24,24 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path as FilePath
 from types import TracebackType
 
+from countersign._clock import now_ms
 from countersign.client.tls import TlsConfig, tls_from_env
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient
 from countersign.consumer import (
     EvidenceVerdict,
     SessionInput,
+    as_session_evidence,
     parse_registry,
-    session_evidence,
     verify_offline,
     verify_session_offline,
 )
 from countersign.errors import ConfigError
 from countersign.policy import ConsumerPolicy
-from countersign.records import Path
+from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.registry import Registry
 from countersign.state import InMemoryState, VerifierState
 from countersign.verify import DEFAULT_POLICY, OutputDigest, VerifierPolicy
@@ -53,17 +52,17 @@ ENV_REGISTRY = "COUNTERSIGN_REGISTRY"
 Outputs = Sequence[bytes | OutputDigest | None] | None
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def load_registry(location: str) -> Registry:
-    """The registry file at ``location`` (:func:`countersign.consumer.parse_registry` of its bytes).
-    Raises ConfigError when it cannot be read or is not a registry."""
+    """The registry file at ``location`` (:func:`countersign.consumer.parse_registry` of its bytes),
+    read to at most the input limit (spec 10). Raises ConfigError when it cannot be read, is larger,
+    or is not a registry."""
     try:
-        data = FilePath(location).read_bytes()
+        with open(location, "rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read the registry {location}: {exc.strerror}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ConfigError(f"the registry {location} exceeds {MAX_INPUT_BYTES} bytes")
     return parse_registry(data, location)
 
 
@@ -90,7 +89,7 @@ class Consumer:
     policy: str = ""
     state: VerifierState | None = None
     verifier_policy: VerifierPolicy = DEFAULT_POLICY
-    clock_ms: Callable[[], int] = wall_clock_ms
+    clock_ms: Callable[[], int] = now_ms
     lanes: int = 4
     _client: VerifierClient | None = field(default=None, init=False, repr=False)
     _aclient: AsyncVerifierClient | None = field(default=None, init=False, repr=False)
@@ -130,7 +129,7 @@ class Consumer:
         consumer_policy: ConsumerPolicy | None = None,
         state: VerifierState | None = None,
         verifier_policy: VerifierPolicy = DEFAULT_POLICY,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> Consumer:
         """Check in this process against ``registry`` (a Registry, or a registry file). Raises ConfigError."""
         loaded = load_registry(registry) if isinstance(registry, str) else registry
@@ -196,7 +195,7 @@ class Consumer:
                 state=self.state, policy=self.verifier_policy, consumer_policy=self.consumer_policy,
             )  # fmt: skip
         return self._sync().verify_session(
-            session_evidence(session), outputs, audit=audit, require_closed=require_closed, policy=self.policy,
+            as_session_evidence(session), outputs, audit=audit, require_closed=require_closed, policy=self.policy,
             consumer_policy=self.consumer_policy,
         )  # fmt: skip
 
@@ -219,7 +218,7 @@ class Consumer:
             return self.session(session, outputs, audit=audit, require_closed=require_closed)
         client = self._async()
         return await client.verify_session(
-            session_evidence(session), outputs, audit=audit, require_closed=require_closed, policy=self.policy,
+            as_session_evidence(session), outputs, audit=audit, require_closed=require_closed, policy=self.policy,
             consumer_policy=self.consumer_policy,
         )  # fmt: skip
 

@@ -9,13 +9,13 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 
+from countersign._clock import now_ms
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import (
     AdmissionError,
@@ -41,11 +41,6 @@ from countersign.keys import PublicKey, Signer
 
 log = logging.getLogger("countersign.operator")
 DEFAULT_CHECKPOINT_LIFETIME_MS = 60_000
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch (what statements and records carry)."""
-    return time.time_ns() // 1_000_000
 
 
 class KnownHead:
