@@ -58,7 +58,7 @@ def cmd_impact(args: argparse.Namespace) -> int:
     except MalformedError as exc:
         raise UsageError(str(exc)) from None
     report = ask_verifier(args, query) if args.verifier else read_store(args, query)
-    print(json.dumps(report, indent=2) if args.json else describe(report))
+    print(json.dumps(report, indent=2) if args.json else report_text(report))
     return EXIT_OK
 
 
@@ -165,7 +165,7 @@ def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]
     return report_json(query, answer.records, answer.verdicts, answer.truncated)
 
 
-def describe(report: dict[str, Any]) -> str:
+def report_text(report: dict[str, Any]) -> str:
     """The report (its JSON, from the store or from a verifier) for people."""
     query, records, verdicts = report["query"], report["records"], report["verdicts"]
     since = f" since {iso(query['since_ms'])}" if query["since_ms"] else ""
