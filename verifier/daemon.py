@@ -274,6 +274,7 @@ def session_response_message(
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
         self,
+        *,
         state: VerifierStore,
         follower: RegistryFollower,
         policy: VerifierPolicy,
@@ -548,12 +549,20 @@ class VerifierDaemon:
             enabled=config.verdict_log, retention_ms=config.verdict_retention_ms,
         )  # fmt: skip
         self.service = VerifierService(
-            self.state, self.follower, config.policy, self.metrics, config.lanes_per_client, config.max_lanes,
-            self.signatures, self.verdicts, self.verdict_log_metrics, not config.tls.insecure_loopback,
-            load_policies(config.policies),
-            PrefixCache(config.prefix_cache_entries) if config.prefix_cache_entries else None,
-            config.max_session_receipts,
-        )  # fmt: skip
+            state=self.state,
+            follower=self.follower,
+            policy=config.policy,
+            metrics=self.metrics,
+            lanes_per_client=config.lanes_per_client,
+            max_lanes=config.max_lanes,
+            signatures=self.signatures,
+            verdicts=self.verdicts,
+            verdict_log_metrics=self.verdict_log_metrics,
+            require_identity=not config.tls.insecure_loopback,
+            consumer_policies=load_policies(config.policies),
+            prefix_cache=PrefixCache(config.prefix_cache_entries) if config.prefix_cache_entries else None,
+            max_session_receipts=config.max_session_receipts,
+        )
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
 
