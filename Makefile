@@ -106,9 +106,11 @@ workflow: $(STAMP)
 	$(PY) -m bench.workflow
 	$(PY) -m bench.live_workflow
 
-# Three zones on one machine (network namespaces): latency, issuance and revocation delay.
+# Three zones on one machine (network namespaces): latency, issuance and revocation delay; what four
+# faults cost signer replicas in every zone (docs/zones.md).
 zones: $(STAMP) zones-deps
 	$(PY) -m tools.zones measure
+	$(PY) -m tools.zones faults
 
 conformance: $(STAMP)
 	$(VENV)/bin/countersign conformance --trials 1000

@@ -109,6 +109,7 @@ class ErrorCode(StrEnum):
     ROLLBACK = "ROLLBACK"  # found by a follower or operator: the served log is shorter than the copy held
     NOT_SERVED = "NOT_SERVED"  # found by the operator: the coordinator does not serve back what it accepted
     # seen by a client when no server answered with a code of its own (transport, limits, gRPC itself)
+    WRONG_SERVER = "WRONG_SERVER"  # the server's certificate names another service than the one dialled
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"

@@ -1,4 +1,4 @@
-"""One registry per kind of plug-in (ADR 0035).
+"""One registry per kind of plug-in (ADR 0037).
 
 Each kind (a verifier store, a signer's state store, the coordinator's log store, a signer key backend,
 an export format) is one dict from a name (a URL scheme, a format's name) to a :class:`Plugin`, kept

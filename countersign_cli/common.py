@@ -295,13 +295,13 @@ def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, 
 
 
 def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
-    from countersign._daemon.config import require_loopback
+    from countersign._daemon.config import parse_addresses
     from countersign.client.tls import TlsConfig
 
     tls = TlsConfig(ca=args.ca, cert=args.cert, key=args.tls_key, insecure_loopback=args.insecure_loopback)
     try:
         tls.validate("client")
-        require_loopback(tls, {"address": address})
+        parse_addresses(address, "address", tls)  # one, or replicas separated by commas
     except ConfigError as exc:
         raise UsageError(in_flag_words(str(exc))) from None
     return tls

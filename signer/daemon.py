@@ -284,6 +284,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._parsed: Bounded[bytes, Path] = Bounded(PARSED_PATH_CACHE)
         self._own_parents: Bounded[bytes, tuple[Path, str]] = Bounded(PARSED_PATH_CACHE)
         self._lane_slots = LaneSlots(config.lanes_per_peer, metrics.lanes)
+        # Parent signer address -> asked last until (monotonic); bounded, as the addresses come from calls.
+        self._parent_down: Bounded[str, float] = Bounded(PARSED_PATH_CACHE)
         self._commits: GroupApply[StateWrite, bool] | None = (
             GroupApply(self._apply, max_batch=config.commit_batch) if state.batches else None
         )
@@ -745,14 +747,20 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             child_cosignature=json.dumps(child_cosig.to_json()),
         )
         failure: ServiceError | None = None
-        for address in parent_signers:
+        now = time.monotonic()
+        # Replicas that just failed to answer are asked last for a while (about ten co-signing
+        # timeouts): a partitioned parent replica costs one timeout per child replica, not one per edge.
+        ordered = sorted(parent_signers, key=lambda address: (self._parent_down.get(address) or 0.0) > now)
+        for address in ordered:
             try:
                 response = self._ask_one(address, parent_deployer, call)
             except ServiceError as error:
                 failure = error
                 if error.retryable:
+                    self._parent_down.put(address, time.monotonic() + 10 * self._config.cosign_timeout_ms / 1000)
                     continue  # this replica cannot be reached (or timed out): ask the next
                 break
+            self._parent_down.put(address, 0.0)
             return _allowed(parent_cosignature(proposal, response.parent_cosignature, parent_key))
         assert failure is not None  # parse_addresses gives at least one address
         refusal = parent_failure(parent_deployer, failure.code, str(failure), retryable=failure.retryable)

@@ -113,18 +113,22 @@ class VerifierConfig:
     signature_threads: int = 2
     # Verified prefixes remembered (ADR 0028): a path under a prefix verified before, under the same
     # registry, checks only its new records' signatures. 0 turns the cache off. Each entry holds one
-    # prefix's digests and walk state (about 2 KB for a depth-5 path).
+    # prefix's digests and walk state (about 1.1 KB), and half as many parsed envelopes are kept
+    # (about 4.5 KB each): about 14 MB at the default (countersign/prefix_cache.py).
     prefix_cache_entries: int = DEFAULT_PREFIX_CACHE_ENTRIES
     max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
     limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
     # Named consumer policies a request may choose (VerifyPathRequest.policy): name -> a policy
     # file's path, or the policy document itself as inline JSON (a value starting with "{").
     policies: dict[str, str] = dataclasses.field(default_factory=dict)
-    # The verdict log (ADR 0015): every verdict answered, kept verdict_retention_ms and at most
-    # verdict_log_max_rows verdicts (the oldest go first), collected with the expired nonces.
+    # The verdict log (ADR 0015): every verdict answered, kept verdict_retention_ms, and at most
+    # verdict_log_max_rows verdicts and verdict_log_max_bytes bytes (as the log counts them), collected
+    # with the expired nonces. Over either bound the oldest verdicts of the client identity holding the
+    # most go first, so one consumer cannot push another's verdicts out (issue 29).
     verdict_log: bool = True
     verdict_retention_ms: int = 30 * 86_400_000
     verdict_log_max_rows: int = 1_000_000
+    verdict_log_max_bytes: int = 4 << 30
     # The most receipts one VerifySession request may carry (ADR 0022). In accept mode the store may
     # bound it further: DynamoDB consumes a session in one transaction of at most 100 items.
     max_session_receipts: int = DEFAULT_MAX_SESSION_RECEIPTS
@@ -151,6 +155,8 @@ class VerifierConfig:
             raise ConfigError(f"verdict_retention_ms must be between 1 and {MAX_VERDICT_RETENTION_MS}")
         if self.verdict_log_max_rows < 1:
             raise ConfigError("verdict_log_max_rows must be positive")
+        if self.verdict_log_max_bytes < 1 << 20:
+            raise ConfigError("verdict_log_max_bytes must be at least 1 MiB (1048576)")
         if not 1 <= self.max_session_receipts <= MAX_SESSION_RECEIPTS:
             raise ConfigError(f"max_session_receipts must be between 1 and {MAX_SESSION_RECEIPTS}")
 
@@ -580,14 +586,17 @@ class VerifierDaemon:
         self._collector.start()
 
     def _collect(self) -> None:
-        """Forget expired nonces, child-set entries and verdicts, and verdicts beyond the row bound, in
-        bounded batches, so the store stays bounded."""
-        max_rows = self.config.verdict_log_max_rows
+        """Forget expired nonces, child-set entries and verdicts, and verdicts beyond the row and byte
+        bounds, in bounded batches, so the store stays bounded."""
+        max_rows, max_bytes = self.config.verdict_log_max_rows, self.config.verdict_log_max_bytes
         while not self._stop.wait(self.config.collect_interval_ms / 1000):
             try:
                 while self.state.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
                     pass
-                while self.state.trim_verdict_log(max_rows, limit=10_000) == 10_000 and not self._stop.is_set():
+                while (
+                    self.state.trim_verdict_log(max_rows, limit=10_000, max_bytes=max_bytes) == 10_000
+                    and not self._stop.is_set()
+                ):
                     pass
             except Exception as exc:  # the collector must survive a store outage; the next round retries
                 log.warning("collecting expired entries failed", extra={"error": str(exc)})

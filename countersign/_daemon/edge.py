@@ -19,7 +19,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from countersign.client.errors import DOMAIN
+from countersign.client.errors import DOMAIN, bounded_text
 from countersign.cosigning import Refusal
 from countersign.errors import CountersignError, ErrorCode, MalformedError, ServiceError, SignerError, StateUnavailable
 
@@ -57,6 +57,7 @@ STATUS_OF_CODE: Final[Mapping[ErrorCode, grpc.StatusCode]] = {
     ErrorCode.INVALID_STATEMENT: grpc.StatusCode.INVALID_ARGUMENT,  # malformed, or cannot apply (spec 7.3)
     ErrorCode.ROLLBACK: _REFUSED,  # found by clients, never sent
     ErrorCode.NOT_SERVED: _REFUSED,  # found by the operator's client, never sent
+    ErrorCode.WRONG_SERVER: grpc.StatusCode.UNAVAILABLE,  # found by clients in the TLS handshake, never sent
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -74,12 +75,24 @@ class Aborted(Exception):
     """The call was ended with a typed status; nothing above converts it again."""
 
 
+# Trailers are bounded (gRPC's default header list is 16 KiB, and a client refuses more with
+# RESOURCE_EXHAUSTED, losing the typed error): whatever a message or detail echoes of a request is cut
+# to this. The message travels twice (status line and rich status).
+MAX_STATUS_MESSAGE_CHARS = 1_024
+MAX_DETAIL_VALUE_CHARS = 256
+
+
 def abort(context: grpc.ServicerContext, error: ServiceError) -> NoReturn:
-    metadata = {**error.details, "retryable": "true" if error.retryable else "false"}
+    metadata = {
+        bounded_text(k, MAX_DETAIL_VALUE_CHARS): bounded_text(v, MAX_DETAIL_VALUE_CHARS)
+        for k, v in error.details.items()
+    }
+    metadata["retryable"] = "true" if error.retryable else "false"
     info = error_details_pb2.ErrorInfo(reason=error.code, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=STATUS_OF_CODE[error.code].value[0], message=str(error), details=[detail])
+    message = bounded_text(str(error), MAX_STATUS_MESSAGE_CHARS)
+    status = status_pb2.Status(code=STATUS_OF_CODE[error.code].value[0], message=message, details=[detail])
     try:
         context.abort_with_status(rpc_status.to_status(status))
     except Exception:  # gRPC marks the call aborted, then raises a bare Exception to unwind the handler

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from countersign._clock import now_ms
+from countersign.client.failover import ReplicaOrder, RetryPolicy, aask_replicas, addresses_of, ask_replicas
 from countersign.client.tls import TlsConfig, tls_from_env
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
+from countersign.client.verifier import AsyncVerifierClient, VerifierClient, new_request_id
 from countersign.consumer import (
     EvidenceVerdict,
     SessionInput,
@@ -41,6 +42,7 @@ from countersign.consumer import (
 )
 from countersign.errors import ConfigError
 from countersign.policy import ConsumerPolicy
+from countersign.reasons import Reason
 from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.registry import Registry
 from countersign.state import InMemoryState, VerifierState
@@ -91,8 +93,13 @@ class Consumer:
     verifier_policy: VerifierPolicy = DEFAULT_POLICY
     clock_ms: Callable[[], int] = now_ms
     lanes: int = 4
-    _client: VerifierClient | None = field(default=None, init=False, repr=False)
-    _aclient: AsyncVerifierClient | None = field(default=None, init=False, repr=False)
+    # Online, with several verifier replicas: each check is asked at the first named replica that is up, then
+    # the others in turn, under one request id (a retry is answered as the first attempt was).
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout_s: float = 30.0
+    _clients: list[VerifierClient] | None = field(default=None, init=False, repr=False)
+    _aclients: list[AsyncVerifierClient] | None = field(default=None, init=False, repr=False)
+    _order: ReplicaOrder = field(init=False, repr=False)
     _aloop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -103,6 +110,7 @@ class Consumer:
             raise ConfigError("an online Consumer needs tls= (or Consumer.online, which reads the environment)")
         if self.registry is not None and self.state is None:
             self.state = InMemoryState()
+        self._order = ReplicaOrder(len(addresses_of(self.verifier)) if self.verifier else 1, self.retry)
 
     @classmethod
     def online(
@@ -114,7 +122,8 @@ class Consumer:
         policy: str = "",
         environ: Mapping[str, str] | None = None,
     ) -> Consumer:
-        """Check through the verifier service at ``verifier`` (host:port) with ``tls`` (default
+        """Check through the verifier service at ``verifier`` (host:port, or its replicas' separated by
+        commas, each check asked at the next when one cannot answer) with ``tls`` (default
         :func:`tls_from_env`). Raises ConfigError."""
         return cls(
             verifier=verifier, tls=tls_from_env(environ) if tls is None else tls, consumer_policy=consumer_policy,
@@ -175,9 +184,15 @@ class Consumer:
                 path, output, self.registry, now_ms=self.clock_ms(), audit=audit, state=self.state,
                 policy=self.verifier_policy, consumer_policy=self.consumer_policy,
             )  # fmt: skip
-        return self._sync().verify(
-            path, output, audit=audit, request_id=request_id, policy=self.policy, consumer_policy=self.consumer_policy
-        )
+        key = request_id or new_request_id()  # one id for every replica this check is asked at
+
+        def ask(client: VerifierClient, timeout_s: float) -> EvidenceVerdict:
+            return client.verify(
+                path, output, audit=audit, timeout_s=timeout_s, request_id=key, policy=self.policy,
+                consumer_policy=self.consumer_policy,
+            )  # fmt: skip
+
+        return ask_replicas(self._order, self._sync(), ask, self.timeout_s, service="verifier", settles=_checked)
 
     def session(
         self, session: SessionInput, outputs: Outputs = None, *, audit: bool = False, require_closed: bool = False
@@ -194,10 +209,15 @@ class Consumer:
                 session, outputs, self.registry, now_ms=self.clock_ms(), audit=audit, require_closed=require_closed,
                 state=self.state, policy=self.verifier_policy, consumer_policy=self.consumer_policy,
             )  # fmt: skip
-        return self._sync().verify_session(
-            as_session_evidence(session), outputs, audit=audit, require_closed=require_closed, policy=self.policy,
-            consumer_policy=self.consumer_policy,
-        )  # fmt: skip
+        evidence, key = as_session_evidence(session), new_request_id()
+
+        def ask(client: VerifierClient, timeout_s: float) -> EvidenceVerdict:
+            return client.verify_session(
+                evidence, outputs, audit=audit, require_closed=require_closed, timeout_s=timeout_s, request_id=key,
+                policy=self.policy, consumer_policy=self.consumer_policy,
+            )  # fmt: skip
+
+        return ask_replicas(self._order, self._sync(), ask, self.timeout_s, service="verifier", settles=_checked)
 
     async def apath(
         self, path: Path | bytes, output: bytes | OutputDigest, *, audit: bool = False, request_id: str | None = None
@@ -205,9 +225,16 @@ class Consumer:
         """:meth:`path` on an event loop (offline: the same in-process check, about a millisecond of CPU)."""
         if self.registry is not None:
             return self.path(path, output, audit=audit)
-        client = self._async()
-        return await client.verify(
-            path, output, audit=audit, request_id=request_id, policy=self.policy, consumer_policy=self.consumer_policy
+        key = request_id or new_request_id()
+
+        async def ask(client: AsyncVerifierClient, timeout_s: float) -> EvidenceVerdict:
+            return await client.verify(
+                path, output, audit=audit, timeout_s=timeout_s, request_id=key, policy=self.policy,
+                consumer_policy=self.consumer_policy,
+            )  # fmt: skip
+
+        return await aask_replicas(
+            self._order, self._async(), ask, self.timeout_s, service="verifier", settles=_checked
         )
 
     async def asession(
@@ -216,42 +243,52 @@ class Consumer:
         """:meth:`session` on an event loop."""
         if self.registry is not None:
             return self.session(session, outputs, audit=audit, require_closed=require_closed)
-        client = self._async()
-        return await client.verify_session(
-            as_session_evidence(session), outputs, audit=audit, require_closed=require_closed, policy=self.policy,
-            consumer_policy=self.consumer_policy,
-        )  # fmt: skip
+        evidence, key = as_session_evidence(session), new_request_id()
+
+        async def ask(client: AsyncVerifierClient, timeout_s: float) -> EvidenceVerdict:
+            return await client.verify_session(
+                evidence, outputs, audit=audit, require_closed=require_closed, timeout_s=timeout_s, request_id=key,
+                policy=self.policy, consumer_policy=self.consumer_policy,
+            )  # fmt: skip
+
+        return await aask_replicas(
+            self._order, self._async(), ask, self.timeout_s, service="verifier", settles=_checked
+        )
 
     # --- connections ----------------------------------------------------------------------------
 
-    def _sync(self) -> VerifierClient:
+    def _sync(self) -> list[VerifierClient]:
+        """A client per verifier replica (``verifier`` may name several, separated by commas)."""
         with self._lock:
-            if self._client is None:
+            if self._clients is None:
                 assert self.tls is not None  # __post_init__: online has tls
-                self._client = VerifierClient(self.verifier, self.tls, lanes=self.lanes)
-            return self._client
+                tls = self.tls
+                self._clients = [VerifierClient(a, tls, lanes=self.lanes) for a in addresses_of(self.verifier)]
+            return self._clients
 
-    def _async(self) -> AsyncVerifierClient:
-        """The asyncio client of the running loop (a grpc.aio channel belongs to the loop that made it:
-        under another loop a new one is opened, and the old one is left to its loop)."""
+    def _async(self) -> list[AsyncVerifierClient]:
+        """The asyncio clients of the running loop (a grpc.aio channel belongs to the loop that made it:
+        under another loop new ones are opened, and the old ones are left to their loop)."""
         loop = asyncio.get_running_loop()
-        if self._aclient is None or self._aloop is not loop:
+        if self._aclients is None or self._aloop is not loop:
             assert self.tls is not None
-            self._aclient, self._aloop = AsyncVerifierClient(self.verifier, self.tls), loop
-        return self._aclient
+            tls = self.tls
+            self._aclients = [AsyncVerifierClient(a, tls) for a in addresses_of(self.verifier)]
+            self._aloop = loop
+        return self._aclients
 
     def close(self) -> None:
-        """Close the sync connection (the asyncio one is closed by :meth:`aclose`)."""
+        """Close the sync connections (the asyncio ones are closed by :meth:`aclose`)."""
         with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
+            clients, self._clients = self._clients, None
+        for client in clients or ():
             client.close()
 
     async def aclose(self) -> None:
-        """Close both connections; call it on the loop that used the asyncio one."""
+        """Close every connection; call it on the loop that used the asyncio ones."""
         self.close()
-        client, self._aclient, self._aloop = self._aclient, None, None
-        if client is not None:
+        clients, self._aclients, self._aloop = self._aclients, None, None
+        for client in clients or ():
             await client.close()
 
     def __enter__(self) -> Consumer:
@@ -269,3 +306,8 @@ class Consumer:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _checked(verdict: EvidenceVerdict) -> bool:
+    """A verdict settles a check unless its replica checked nothing (its registry copy was stale)."""
+    return verdict.reason is not Reason.REGISTRY_STALE

@@ -283,7 +283,9 @@ class VerifierClient:
         (``record_digest``) or a deployer, according to the verifier's verdict log (``Impact``,
         docs/api.md): give exactly one (else ValueError). ``since_ms``: only verdicts logged from then
         on. ``mark``: also flag the affected verdicts NEEDS_REVALIDATION in the log (nothing is
-        deleted). Operator and client certificates only; raises ServiceError when refused."""
+        deleted). A client certificate (a consumer) is answered from its own verdicts only and may not
+        mark; auditor and operator certificates see and mark the whole log. Raises ServiceError when
+        refused (``NOT_AUTHORISED``)."""
         return _impact_answer(self._impact(_impact_request(key_id, record_digest, deployer, since_ms, mark), timeout_s))
 
     def close(self) -> None:

@@ -81,6 +81,10 @@ if TYPE_CHECKING:
 
 EXTRA: Final = "mcp"
 EVIDENCE_KEY: Final = "countersign.dev/evidence"
+# Evidence a result already carried when it was signed again (a signing server behind the proxy):
+# kept, innermost first, beside the evidence of the deployer that signed last (spec 20.2).
+WRAPPED_EVIDENCE_KEY: Final = "countersign.dev/wrapped-evidence"
+MAX_WRAPPED_EVIDENCE: Final = 8
 DELEGATION_KEY: Final = "countersign.dev/delegation"
 ERROR_KEY: Final = "countersign.dev/error"
 EVIDENCE_VERSION: Final = 1
@@ -300,10 +304,27 @@ class SessionSigner:
         meta = wire.get("_meta")
         if meta is not None and not isinstance(meta, dict):
             raise ServiceError(ErrorCode.INTERNAL, "the tool result's _meta is not an object")
+        kept = _wrapped_evidence(meta or {})
         receipt = await self.runtime.get().receipt(self.agent, output, binding_scope=BindingScope.PER_TOOL_CALL.value)
         signed = dict(wire)
         signed["_meta"] = {**(meta or {}), EVIDENCE_KEY: evidence_json(receipt)}
+        if kept:
+            signed["_meta"][WRAPPED_EVIDENCE_KEY] = kept
         return signed
+
+
+def _wrapped_evidence(meta: Mapping[str, Any]) -> list[Any]:
+    """The evidence ``meta`` already carries, to keep beside this signer's (spec 20.2): what was
+    wrapped before, then what was outermost. Raises ServiceError (the result is not sent unsigned,
+    nor with evidence dropped) when there is more than :data:`MAX_WRAPPED_EVIDENCE` of it or the
+    earlier list is not a list."""
+    earlier = meta.get(WRAPPED_EVIDENCE_KEY, [])
+    if not isinstance(earlier, list):
+        raise ServiceError(ErrorCode.INTERNAL, f"the tool result's _meta {WRAPPED_EVIDENCE_KEY} is not a list")
+    kept = [*earlier, meta[EVIDENCE_KEY]] if EVIDENCE_KEY in meta else list(earlier)
+    if len(kept) > MAX_WRAPPED_EVIDENCE:
+        raise ServiceError(ErrorCode.INTERNAL, f"the tool result carries more than {MAX_WRAPPED_EVIDENCE} evidences")
+    return kept
 
 
 def _instance(name: str) -> str:
@@ -404,6 +425,19 @@ def evidence_of(result: object) -> Path:
     if evidence["v"] != EVIDENCE_VERSION or isinstance(evidence["v"], bool):
         raise MalformedError(f"{EVIDENCE_KEY} version {evidence['v']!r} is not supported")
     return Path.from_json(evidence["path"])
+
+
+def wrapped_evidence_of(result: object) -> list[Path]:
+    """The receipt paths a tool result carried before it was signed last (``_meta`` under
+    :data:`WRAPPED_EVIDENCE_KEY`), innermost first: e.g. a signing server's own, behind
+    ``countersign mcp-proxy``. Each signs the same bytes (:func:`result_bytes`) and is verified as
+    :func:`verify_result` verifies the outermost. Raises MalformedError when one is not a version-1
+    evidence object with a valid path; [] when there is none."""
+    meta = result_object(result).get("_meta")
+    kept = meta.get(WRAPPED_EVIDENCE_KEY, []) if isinstance(meta, Mapping) else []
+    if not isinstance(kept, list):
+        raise MalformedError(f"{WRAPPED_EVIDENCE_KEY} must be a list")
+    return [evidence_of({"content": [], "_meta": {EVIDENCE_KEY: evidence}}) for evidence in kept]
 
 
 def _parsed(result: object) -> tuple[Path, bytes] | EvidenceVerdict:
@@ -529,6 +563,10 @@ class StdioProxy:
     session: SessionSigner
     max_pending: int = MAX_PENDING_CALLS
     pending: set[str] = field(default_factory=set)
+    # Calls the client cancelled (``notifications/cancelled``), newest last: their slot is free, and
+    # an answer the server sends anyway is dropped (the client ignores it, and a signed one would be
+    # a receipt missing from the session the client holds). Bounded like ``pending``.
+    cancelled: dict[str, None] = field(default_factory=dict)
 
     async def from_client(self, reader: asyncio.StreamReader, child_stdin: asyncio.StreamWriter, reply: Write) -> None:
         try:
@@ -543,6 +581,8 @@ class StdioProxy:
     ) -> None:
         while line := await reader.readline():
             message = _json_object(line)
+            if message is not None and message.get("method") == "notifications/cancelled":
+                self._cancel(message.get("params"))
             if message is not None and message.get("method") == "tools/call" and "id" in message:
                 key = json.dumps(message["id"])
                 params = message.get("params")
@@ -555,14 +595,30 @@ class StdioProxy:
                     await reply(_error_line(message["id"], exc))
                     continue
                 self.pending.add(key)
+                self.cancelled.pop(key, None)  # an id used again is a new call
             child_stdin.write(line)
             await child_stdin.drain()
+
+    def _cancel(self, params: object) -> None:
+        """A cancellation of a tool call this proxy holds open frees its slot (relayed as any line)."""
+        if not isinstance(params, dict) or "requestId" not in params:
+            return
+        key = json.dumps(params["requestId"])
+        if key in self.pending:
+            self.pending.discard(key)
+            self.cancelled[key] = None
+            while len(self.cancelled) > self.max_pending:
+                del self.cancelled[next(iter(self.cancelled))]
 
     async def from_child(self, child_stdout: asyncio.StreamReader, reply: Write) -> None:
         while line := await child_stdout.readline():
             message = _json_object(line)
             if message is not None and "id" in message and "method" not in message:
                 key = json.dumps(message["id"])
+                if key in self.cancelled:
+                    del self.cancelled[key]
+                    _log.info("dropped the answer to a tool call the client cancelled")
+                    continue
                 if key in self.pending:
                     self.pending.discard(key)
                     line = await self._signed(message, line)
@@ -596,10 +652,13 @@ async def run_stdio_proxy(
     environ: Mapping[str, str] | None = None,
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
+    max_pending: int = MAX_PENDING_CALLS,
 ) -> int:
     """Run ``command`` (an MCP stdio server) as a child and relay this process's stdio to it, signing
     every tool result (:class:`StdioProxy`): the whole run is one client session. Returns the child's
-    exit code. ``system``: default ``COUNTERSIGN_MCP_SYSTEM``, else ``mcp-tools``.
+    exit code. ``system``: default ``COUNTERSIGN_MCP_SYSTEM``, else ``mcp-tools``. ``environ``: where
+    the runtime's settings are read (default ``os.environ``; the command line merges a file and flags
+    into it). ``max_pending``: tool calls held open at once (a cancelled one frees its slot).
 
     Raises ConfigError before starting the child when the runtime cannot be configured, OSError when
     the child cannot be started, ValueError when a line exceeds :data:`MAX_LINE_BYTES`."""
@@ -607,7 +666,7 @@ async def run_stdio_proxy(
     holder = _RuntimeHolder(runtime, environ)
     holder.get()  # a configuration error stops the proxy before the child starts
     session = SessionSigner(holder, system or env.get(ENV_SYSTEM) or DEFAULT_SYSTEM, _instance(name))
-    proxy = StdioProxy(session)
+    proxy = StdioProxy(session, max_pending)
     reader, writer = await _stdio_streams(stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
     lock = asyncio.Lock()
 

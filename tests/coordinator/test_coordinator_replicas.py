@@ -20,7 +20,7 @@ import pytest
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
 from countersign.client import OperatorClient, ServiceError
-from countersign.client.operator import coordinator_log, submit_statement
+from countersign.client.operator import KnownHead, coordinator_log, submit_statement
 from countersign.keys import Ed25519Signer
 from countersign_cli.localmesh import LocalMesh
 from tests.stores.conftest import PostgresSchemas, dynamodb_url
@@ -104,11 +104,21 @@ def test_two_coordinators_serve_one_log(tmp_path: Path, kind: str, request: pyte
             wait_for(lambda: len(coordinator_log(first, tls)) == 3, 5, "the first to serve statement 2")
 
             # Two different statements for one sequence, one at each replica at once: one joins the log.
-            racing = [enrolment(at_second, "deployer-d"), enrolment(at_second, "deployer-e")]
+            # Each signed apart from the mesh's operator, with a record of its own of what it signed (spec
+            # 7.5): the loser of the race is a statement no log will hold, which neither the mesh's
+            # checkpoint loop nor the other signer may wait for.
+            def apart() -> OperatorClient:
+                return OperatorClient(
+                    mesh.daemons["coordinator-1"].address, mesh.tls_for("operator"), mesh.operator,
+                    known_head=KnownHead(),
+                )  # fmt: skip
+
+            signers = [apart(), apart(), apart()]
+            racing = [enrolment(signers[0], "deployer-d"), enrolment(signers[1], "deployer-e")]
 
             def submit(job: tuple[str, object]) -> str:
                 try:
-                    submit_statement(job[0], mesh.tls_for("operator"), job[1])  # type: ignore[arg-type]
+                    submit_statement(job[0], mesh.tls_for("operator"), job[1], known_head=KnownHead())  # type: ignore[arg-type]
                 except ServiceError as exc:
                     return exc.code
                 return "OK"
@@ -120,10 +130,12 @@ def test_two_coordinators_serve_one_log(tmp_path: Path, kind: str, request: pyte
             assert len(coordinator_log(first, tls)) == 4
 
             # The same statement at both (an operator retrying at the other replica): both accept it.
-            again = enrolment(at_second, "deployer-f")
-            submit_statement(first, mesh.tls_for("operator"), again)  # type: ignore[arg-type]
-            submit_statement(second, mesh.tls_for("operator"), again)  # type: ignore[arg-type]
+            again = enrolment(signers[2], "deployer-f")
+            submit_statement(first, mesh.tls_for("operator"), again, known_head=signers[2].known_head)  # type: ignore[arg-type]
+            submit_statement(second, mesh.tls_for("operator"), again, known_head=signers[2].known_head)  # type: ignore[arg-type]
             assert len(coordinator_log(second, tls)) == 5
+            for signer in signers:
+                signer.close()
         finally:
             at_second.close()
 

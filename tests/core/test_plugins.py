@@ -1,4 +1,4 @@
-"""One registry per kind of plug-in (countersign.plugins, ADR 0035): the command line's choices and help
+"""One registry per kind of plug-in (countersign.plugins, ADR 0037): the command line's choices and help
 come from the registries, a plug-in added to one shows up there with nothing else changed, and a
 missing extra is one hint naming it, built by countersign.extras."""
 

@@ -106,7 +106,7 @@ def test_every_tool_result_of_a_stdio_session_is_signed_in_order(runtime_mesh: L
     async def calls() -> list[CallToolResult]:
         async with over_stdio(wrap(server_env(runtime_mesh, "deployer-b"))) as session:
             tools = await session.list_tools()  # everything else passes through untouched
-            assert {tool.name for tool in tools.tools} == {"echo", "add", "fail", "ran"}
+            assert {tool.name for tool in tools.tools} == {"echo", "add", "fail", "ran", "hang"}
             return await three_calls(session)
 
     results = run(calls())
@@ -302,3 +302,96 @@ def test_streamable_http_tool_results_are_signed_per_session(runtime_mesh: Local
     assert_one_signed_session(second, runtime_mesh, "deployer-c")
     assert evidence_of(first[0]).leaf.record.agent != evidence_of(second[0]).leaf.record.agent
     assert EVIDENCE_KEY in (first[0].meta or {})
+
+
+# --- the proxy's own bounds, settings and evidence (issue 29, issue 30) ----------------------------
+
+
+def test_calls_the_client_cancelled_free_their_slots(runtime_mesh: LocalMesh) -> None:
+    """Issue 29: after 1,024 tool calls that the client cancelled (``notifications/cancelled``, which
+    the SDK sends when a caller stops waiting) and the server never answered, every new call was
+    refused RESOURCE_EXHAUSTED. 1,100 cancelled calls, then one that is answered and signed."""
+
+    async def calls() -> CallToolResult:
+        async with over_stdio(proxied(server_env(runtime_mesh, "deployer-b"))) as session:
+            await session.call_tool("echo", {"text": "first"})  # the session's agent record, once
+            for _ in range(1_100):
+                waiting = asyncio.ensure_future(session.call_tool("hang", {}))
+                await asyncio.sleep(0.002)
+                waiting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+            return await session.call_tool("echo", {"text": "still served"})
+
+    result = asyncio.run(asyncio.wait_for(calls(), 180))
+    assert [block.text for block in result.content] == ["still served"]  # type: ignore[union-attr]
+    verdict = verify_result(result, Consumer.offline(mesh_registry(runtime_mesh)))
+    assert verdict, verdict.result
+    assert verdict.emitter is not None and verdict.emitter.seq == 1  # cancelled calls made no receipt
+
+
+def proxy_config(mesh: LocalMesh, deployer: str, directory: FilePath) -> FilePath:
+    """The proxy's settings as a file (what an MCP client's configuration points it at)."""
+    tls = mesh.tls_for(f"{deployer}-runtime")
+    config = directory / f"{deployer}-proxy.toml"
+    config.write_text(
+        f'signer = "{mesh.daemons[deployer].address}"\ndeployer = "{deployer}"\nca = "{tls.ca}"\n'
+        f'cert = "{tls.cert}"\nkey = "{tls.key}"\nsystem = "proxied-tools"\n'
+    )
+    return config
+
+
+def test_an_mcp_client_that_passes_no_environment_runs_the_proxy_from_its_settings_file(
+    runtime_mesh: LocalMesh, tmp_path: FilePath
+) -> None:
+    """Issue 30: the ``mcp`` SDK's ``stdio_client`` gives the server it starts a bare default
+    environment, so the proxy said ``COUNTERSIGN_SIGNER is not set``. With ``--config`` it signs."""
+    config = proxy_config(runtime_mesh, "deployer-c", tmp_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "countersign_cli", "mcp-proxy", "--config", str(config), "--", sys.executable, TOOL_SERVER],
+        cwd=str(ROOT),
+    )  # no env: what stdio_client passes by default
+
+    async def calls() -> list[CallToolResult]:
+        async with over_stdio(params) as session:
+            return await three_calls(session)
+
+    results = run(calls())
+    assert_one_signed_session(results, runtime_mesh, "deployer-c")
+    assert evidence_of(results[0]).envelopes[0].record.agent.system == "proxied-tools"
+
+
+def test_a_signing_server_behind_the_proxy_keeps_its_evidence_beside_the_proxys(
+    runtime_mesh: LocalMesh, tmp_path: FilePath
+) -> None:
+    """Issue 29: the proxy replaced the evidence a signing server had put in ``_meta``. Now the
+    server's (deployer-b, in process) is kept under ``countersign.dev/wrapped-evidence`` and the
+    proxy's (deployer-a) is the evidence; both sign the same bytes and both verify."""
+    from countersign.integrations.mcp import WRAPPED_EVIDENCE_KEY, wrapped_evidence_of
+
+    config = proxy_config(runtime_mesh, "deployer-a", tmp_path)
+    command = [
+        "-m", "countersign_cli", "mcp-proxy", "--config", str(config), "--", sys.executable, TOOL_SERVER, "--signed",
+    ]  # fmt: skip
+    # The child server inherits this environment: it signs as deployer-b; the proxy, from its file, as a.
+    params = StdioServerParameters(
+        command=sys.executable, args=command, env=server_env(runtime_mesh, "deployer-b"), cwd=str(ROOT)
+    )
+
+    async def calls() -> list[CallToolResult]:
+        async with over_stdio(params) as session:
+            return await three_calls(session)
+
+    results = run(calls())
+    registry = mesh_registry(runtime_mesh)
+    assert_one_signed_session(results, runtime_mesh, "deployer-a")
+    inner: list[Any] = []
+    for seq, result in enumerate(results):
+        assert result.meta is not None and len(result.meta[WRAPPED_EVIDENCE_KEY]) == 1
+        (path,) = wrapped_evidence_of(result)
+        assert path.leaf.record.deployer == "deployer-b" and path.leaf.record.output.seq == seq  # type: ignore[union-attr]
+        verdict = Consumer.offline(registry).path(path, result_bytes(result))
+        assert verdict, verdict.result
+        inner.append(path)
+    assert len({p.leaf.record.agent for p in inner}) == 1  # the server's own session, in order

@@ -153,3 +153,67 @@ def test_sessions_past_the_bound_are_refused_not_evicted() -> None:
     assert middleware.session_of(first) is kept  # a live session keeps its agent and numbering
     del second  # a closed connection frees its place
     assert middleware.session_of(third) is not kept
+
+
+class Sink:
+    """The child's stdin as the proxy sees it: lines written, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _reader(*messages: dict[str, Any]) -> Any:
+    import asyncio
+
+    reader = asyncio.StreamReader()
+    for message in messages:
+        reader.feed_data(json.dumps(message).encode() + b"\n")
+    reader.feed_eof()
+    return reader
+
+
+def test_a_cancelled_call_frees_its_slot_and_its_late_answer_is_dropped() -> None:
+    """Issue 29: the proxy held a cancelled call's slot for good. A cancellation frees it; an answer
+    the server sends anyway is not relayed (the client ignores it, and signing it would put a receipt
+    in the session that the client never holds)."""
+    import asyncio
+
+    from countersign.records import Path
+
+    vector = json.loads((FilePath(__file__).parents[1] / "vectors" / "valid" / "linked-list.json").read_text())
+    agent = Path.from_json(vector["presentation"]["path"])
+    session = binding.SessionSigner(binding._RuntimeHolder(None), "tools", "proxy-1", agent=agent)
+    proxy = binding.StdioProxy(session, max_pending=1)
+    child, replies = Sink(), []
+
+    async def reply(line: bytes) -> None:
+        replies.append(json.loads(line))
+
+    async def relay() -> None:
+        call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "hang"}}
+        await proxy.from_client(
+            _reader(
+                {**call, "id": 1},
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+                {**call, "id": 2},  # the one slot is free again: relayed, not refused
+            ),
+            child,  # type: ignore[arg-type]
+            reply,
+        )
+        late = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "late"}]}}
+        refused = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "no"}}
+        await proxy.from_child(_reader(late, refused), reply)
+
+    asyncio.run(relay())
+    assert [json.loads(line).get("id") for line in child.lines] == [1, None, 2]  # the cancel passes on
+    assert replies == [{"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "no"}}]
+    assert proxy.pending == set() and proxy.cancelled == {}

@@ -156,3 +156,35 @@ def test_one_target_with_several_addresses_fails_over_inside_grpc(tmp_path: File
             assert after.leaf.record.output.prev == before.leaf.digest()
         finally:
             runtime.close()
+
+
+def cosign_outcomes(mesh: LocalMesh, name: str) -> dict[str, float]:
+    daemon = mesh.daemons[name]
+    with urllib.request.urlopen(f"http://{daemon.host}:{daemon.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "countersign_cosign_seconds_count"
+    }
+
+
+def test_a_parent_replica_that_cannot_be_reached_is_asked_last_afterwards(mesh: LocalMesh) -> None:
+    """A delegation names the parent's replicas; one cannot be reached. The first delegation asks it and
+    moves on; the next ones ask the reachable one first (spec 21.3), not paying for the lost one again."""
+    parent, child = mesh.runtime(PARENT), mesh.runtime(CHILD)
+    try:
+        root = parent.root("planner", "parent-order", max_children=8)
+        lost = "127.0.0.1:9"  # nothing listens: refused at once
+        parent_signers = f"{lost},{mesh.signer_addresses(PARENT)}"
+        for index in range(4):
+            child.accept(root, parent.open_grant(root, CHILD), parent_signers, f"r{index}")
+        # Every child replica that took a delegation asked the lost address at most once.
+        unreachable = sum(cosign_outcomes(mesh, name).get("unreachable", 0.0) for name in mesh.signer_names(CHILD))
+        served = sum(cosign_outcomes(mesh, name).get("ok", 0.0) for name in mesh.signer_names(CHILD))
+        assert served == 4
+        assert 1 <= unreachable <= len(mesh.signer_names(CHILD))
+    finally:
+        parent.close()
+        child.close()
