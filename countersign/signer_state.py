@@ -31,7 +31,7 @@ MAX_REQUEST_ID = 128  # characters; the same bound VerifyPath's request_id has
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
+class StoredGrant:
     """An open grant as the parent's signer stores it: one named child deployer may attach one child
     under the record ``parent`` (its digest) until ``expires_ms``. Once spent, ``manifest_digest`` is
     the edge it was spent on and ``parent_cosig`` the co-signature answered (JSON)."""
@@ -156,7 +156,7 @@ class StateView:
     issued: bytes | None = None
     child_count: int = 0
     session: SessionState | None = None
-    grant: Grant | None = None
+    grant: StoredGrant | None = None
     proposal: Proposal | None = None
     request: RequestRecord | None = None
 
@@ -173,7 +173,7 @@ class StateWrite:
     issued: tuple[IssuedRecord, ...] = ()
     child: NewChild | None = None
     session: SessionUpdate | None = None
-    new_grant: Grant | None = None
+    new_grant: StoredGrant | None = None
     spend: GrantSpend | None = None
     proposal: Proposal | None = None
     seal: ProposalSeal | None = None
@@ -237,7 +237,7 @@ class SignerStateModel:
     children: dict[str, set[str]] = field(default_factory=dict)
     child_expiry: dict[str, int] = field(default_factory=dict)  # per parent: how long its slots are kept
     sessions: dict[tuple[str, str], tuple[SessionState, int]] = field(default_factory=dict)
-    grants: dict[str, Grant] = field(default_factory=dict)
+    grants: dict[str, StoredGrant] = field(default_factory=dict)
     proposals: dict[str, Proposal] = field(default_factory=dict)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
 

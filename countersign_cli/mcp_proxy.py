@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from countersign.errors import ConfigError
-from countersign_cli.main import UsageError
+from countersign_cli.common import Commands, UsageError
 
 # Each setting: its flag (dest), its key in the --config file, and the environment variable the
 # runtime SDK reads it from (countersign.client.runtime).
@@ -34,7 +34,7 @@ LOOPBACK_ENV = "COUNTERSIGN_CLIENT_INSECURE_LOOPBACK"
 MAX_CONFIG_BYTES = 64 << 10
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     proxy = commands.add_parser(
         "mcp-proxy",
         help="run an MCP stdio server as a child and sign each tool result it returns",

@@ -28,11 +28,12 @@ from typing import Any, Generic, TypeVar
 import grpc
 import prometheus_client
 
+from countersign._clock import now_ms
 from countersign._daemon.config import parse_addresses, parse_operator_key
 from countersign._daemon.edge import refusal_error, servicer_edge, stream_edge
 from countersign._daemon.group_commit import GroupApply
 from countersign._daemon.lane_slots import LaneSlots
-from countersign._daemon.registry_follower import RegistryFollower, now_ms
+from countersign._daemon.registry_follower import RegistryFollower
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest

@@ -51,13 +51,13 @@ from countersign.errors import MalformedError, StateUnavailable
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     Proposal,
     RequestRecord,
     SessionState,
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 
 MAX_BLOB_BYTES = 380_000  # below DynamoDB's 400 KB item limit, with room for the item's other attributes
@@ -347,7 +347,7 @@ def _view(reads: StateReads, found: Mapping[str, Item]) -> StateView:
             name, agent, int(item["seq"]["N"]), item["last_digest"]["S"], bool(item["closed"]["BOOL"]), stream
         )
     if (item := found.get("grant")) is not None and reads.grant is not None:
-        grant = Grant(
+        grant = StoredGrant(
             reads.grant, item["parent"]["S"], item["child_deployer"]["S"], int(item["expires_ms"]["N"]),
             item.get("manifest_digest", {}).get("S"), item.get("parent_cosig", {}).get("S"),
         )  # fmt: skip

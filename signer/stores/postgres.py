@@ -24,13 +24,13 @@ from countersign._daemon.postgres import PostgresDatabase, load_migrations, pars
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     Proposal,
     RequestRecord,
     SessionState,
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 
 DEFAULT_SCHEMA = "countersign_signer"
@@ -144,7 +144,7 @@ def _view(reads: StateReads, row: tuple[Any, ...]) -> StateView:
         stream = None if s_unit is None else (StreamUnit(s_unit), int(s_n))
         session = SessionState(reads.session[1], reads.session[0], int(s_seq), str(s_last), bool(s_closed), stream)
     if reads.grant is not None and g_parent is not None:
-        grant = Grant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
+        grant = StoredGrant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
     if reads.proposal is not None and p_parent is not None:
         sealed = None if p_sealed is None else bytes(p_sealed)
         proposal = Proposal(reads.proposal, str(p_parent), bytes(p_record), str(p_cosig), int(p_expires), sealed)

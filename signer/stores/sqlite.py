@@ -21,13 +21,13 @@ from countersign.errors import ConfigError, StateUnavailable
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     Proposal,
     RequestRecord,
     SessionState,
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 
 LAYOUT_VERSION = 2
@@ -241,7 +241,7 @@ def _read(db: sqlite3.Connection, reads: StateReads) -> StateView:
         else:
             session = _legacy_session(db, name)
     if reads.grant is not None and g_parent is not None:
-        grant = Grant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
+        grant = StoredGrant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
     if reads.proposal is not None and p_parent is not None:
         sealed = None if p_sealed is None else bytes(p_sealed)
         proposal = Proposal(reads.proposal, str(p_parent), bytes(p_record), str(p_cosig), int(p_expires), sealed)
