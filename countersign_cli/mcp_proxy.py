@@ -110,7 +110,7 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("give the MCP server's command after --: countersign mcp-proxy -- COMMAND ARGS...")
-    from countersign.integrations.mcp import run_stdio_proxy
+    from countersign_cli.mcp_relay import run_stdio_proxy  # the SDK's client side: only when it runs
 
     environ, max_pending = proxy_environment(args, dict(os.environ))
     try:

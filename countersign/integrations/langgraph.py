@@ -30,6 +30,7 @@ Needs the ``langgraph`` extra (``pip install 'countersign-mesh[langgraph]'``); t
 
 import dataclasses
 import functools
+import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ EXTRA = "langgraph"
 
 def require_langgraph() -> Any:
     """The ``langgraph.types`` module; ImportError naming the extra when LangGraph is not installed."""
-    return kit.require("langgraph", EXTRA, "langgraph.types")
+    return kit.require("langgraph", EXTRA, lambda: importlib.import_module("langgraph.types"))
 
 
 # --- evidence in the graph's state --------------------------------------------------------------

@@ -34,6 +34,7 @@ naming the extra without it. Built on :mod:`countersign.integrations.kit`.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -51,7 +52,7 @@ EVIDENCE_KEY: Final = "countersign"
 
 def require_agents() -> Any:
     """The ``agents`` module (the OpenAI Agents SDK); ImportError naming the extra without it."""
-    return kit.require("openai_agents", EXTRA, "agents")
+    return kit.require("openai_agents", EXTRA, lambda: importlib.import_module("agents"))
 
 
 require_agents()

@@ -23,7 +23,7 @@ FLOOR_OF_MODULE = {
     },
     **{
         f"countersign_cli.{name}": "shared"
-        for name in ("__init__", "common", "progress", "settings_help", "localmesh", "keep_running")
+        for name in ("__init__", "common", "progress", "settings_help", "localmesh", "keep_running", "mcp_relay")
     },
 }
 # What each floor may import of the command line.
