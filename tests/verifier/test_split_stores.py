@@ -12,6 +12,7 @@ import prometheus_client
 import pytest
 
 from countersign._proto.v1 import verifier_pb2
+from countersign.plugins import Plugin
 from countersign.state import (
     ChildEdge,
     InMemoryReplayState,
@@ -38,8 +39,10 @@ RETAIN = 10**13
 @pytest.fixture
 def only_one_role(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two backends that each keep one thing, registered as a plug-in would register them."""
-    monkeypatch.setitem(stores.STORE_FOR_SCHEME, "replay-only", lambda url: InMemoryReplayState())
-    monkeypatch.setitem(stores.STORE_FOR_SCHEME, "log-only", lambda url: InMemoryVerdictLog())
+    table = dict(stores.STORE_FOR_SCHEME)
+    table["replay-only"] = Plugin(lambda url: InMemoryReplayState(), "replay-only:", "replay state alone")
+    table["log-only"] = Plugin(lambda url: InMemoryVerdictLog(), "log-only:", "a verdict log alone")
+    monkeypatch.setattr(stores, "STORE_FOR_SCHEME", table)
 
 
 def test_each_reference_implements_its_protocol_alone_and_the_backends_both() -> None:
@@ -72,7 +75,8 @@ def test_replay_state_and_verdict_log_in_two_stores_each_hold_only_their_own(tmp
             lambda: follower.view()[0], enabled=True, retention_ms=60_000,
         )  # fmt: skip
         verifier = VerifierService(
-            opened.replay, follower, DEFAULT_POLICY, VerifierMetrics(prometheus_client.CollectorRegistry(), follower),  # type: ignore[arg-type]
+            state=opened.replay, follower=follower, policy=DEFAULT_POLICY,  # type: ignore[arg-type]
+            metrics=VerifierMetrics(prometheus_client.CollectorRegistry(), follower),  # type: ignore[arg-type]
             verdicts=recorder, verdict_log_metrics=log_metrics, require_identity=False, verdict_log=opened.verdict_log,
         )  # fmt: skip
         path = fresh_path()

@@ -13,12 +13,14 @@ backend when that is empty (:func:`open_verifier_stores`). See docs/stores.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 from urllib.parse import urlsplit
 
 from countersign._daemon.sqlite import sqlite_file
 from countersign.errors import CountersignError
+from countersign.plugins import Plugin, open_plugin
 from countersign.state import InMemoryState, InMemoryVerdictLog, ReplayState, VerdictLog, VerifierStore
 
 StoreBackend = ReplayState | VerdictLog
@@ -27,6 +29,10 @@ StoreBackend = ReplayState | VerdictLog
 
 class StoreConfigError(CountersignError, ValueError):
     """A store URL that names no usable backend, or a backend that does not keep what it is named for."""
+
+
+def _memory(url: str) -> StoreBackend:
+    return InMemoryState()
 
 
 def _sqlite(url: str) -> StoreBackend:
@@ -40,43 +46,35 @@ def _sqlite(url: str) -> StoreBackend:
     return SqliteState(path)
 
 
-def _memory(url: str) -> StoreBackend:
-    return InMemoryState()
-
-
 def _postgresql(url: str) -> StoreBackend:
-    try:
-        from verifier.stores.postgres import PostgresState
-    except ImportError as exc:
-        raise StoreConfigError(f"{url.split(':', 1)[0]} store needs the 'postgres' extra (psycopg): {exc}") from exc
+    from verifier.stores.postgres import PostgresState
+
     return PostgresState(url)
 
 
 def _dynamodb(url: str) -> StoreBackend:
-    try:
-        from verifier.stores.dynamodb import DynamoDbState
-    except ImportError as exc:
-        raise StoreConfigError(f"dynamodb store needs the 'aws' extra (boto3): {exc}") from exc
+    from verifier.stores.dynamodb import DynamoDbState
+
     return DynamoDbState(url)
 
 
-STORE_FOR_SCHEME: dict[str, Callable[[str], StoreBackend]] = {
-    "sqlite": _sqlite,
-    "memory": _memory,
-    "postgresql": _postgresql,
-    "postgres": _postgresql,
-    "dynamodb": _dynamodb,
+_POSTGRESQL = Plugin(_postgresql, "postgresql://user@host/db?schema=NAME", "replicas across hosts", "postgres")
+# The verifier's stores by URL scheme (countersign.plugins: the command line's help and hints read it).
+# Each keeps replay state, the verdict log or both (every one here: both).
+STORE_FOR_SCHEME: Final[Mapping[str, Plugin[Callable[[str], StoreBackend]]]] = {
+    "sqlite": Plugin(_sqlite, "sqlite:///path/verifier.db", "one host; sqlite:////path for an absolute path"),
+    "memory": Plugin(_memory, "memory:", "this process only: forgotten when it ends"),
+    "postgresql": _POSTGRESQL,
+    "postgres": _POSTGRESQL,
+    "dynamodb": Plugin(_dynamodb, "dynamodb://TABLE?region=R", "replicas across zones", "aws"),
 }
 
 
 def open_backend(url: str) -> StoreBackend:
     """Open the backend a URL names, whatever it keeps. Raises StoreConfigError for an unknown or
-    malformed URL, and :class:`countersign.errors.StateUnavailable` when the store cannot be reached."""
-    scheme = urlsplit(url).scheme
-    factory = STORE_FOR_SCHEME.get(scheme)
-    if factory is None:
-        raise StoreConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; known: {sorted(STORE_FOR_SCHEME)}")
-    return factory(url)
+    malformed URL or a missing extra, and :class:`countersign.errors.StateUnavailable` when the store
+    cannot be reached."""
+    return open_plugin(STORE_FOR_SCHEME, urlsplit(url).scheme, url, kind="store URL scheme", error=StoreConfigError)
 
 
 def _refused(url: str, what: str) -> StoreConfigError:
