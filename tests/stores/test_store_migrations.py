@@ -236,6 +236,9 @@ def test_starting_beside_a_replica_of_the_released_code_waits_for_its_migration(
                 assert time.monotonic() < deadline, "the starter never queued on the released code's lock"
                 assert not opened, "the starter migrated without waiting for the released code's lock"
                 time.sleep(0.05)  # polling a server-side wait, bounded by the deadline
+            # Queued before its first migration: nothing of the schema exists yet.
+            made = watcher.execute("SELECT to_regclass(%s)", (f"{schema}.countersign_schema_version",)).fetchone()
+            assert made == (None,), "the starter migrated while the released code held the lock"
         assert starter.is_alive() and not opened
     starter.join(timeout=30)
     assert len(opened) == 1
