@@ -12,7 +12,7 @@ PostgreSQL, so the nonce consumed by the first is seen by the second), and a sub
 is rejected.
 
 ``--hold FILE`` makes the Planner's session go on issuing receipts (one every 20 ms, at most
-800) until FILE exists, after the line ``holding: ...``: the container tier (tests/docker) kills
+800) until FILE exists, after the line ``holding: ...``: the compose tests (tests/docker) kill
 one of deployer-a's signer replicas meanwhile, and the flow must still complete.
 
 ``--save-path FILE`` also writes the accepted path (its bytes, then the output it attests) to FILE;

@@ -145,6 +145,13 @@ class ComposeMesh:
     def logs(self) -> str:
         return self("logs", "--no-color", "--tail", "40", timeout=120).stdout
 
+    def health(self) -> str:
+        """Each daemon's state and the last answer of its health check (for a failure's message)."""
+        template = (
+            "{{.State.Status}}/{{.State.Health.Status}} {{with .State.Health}}{{range .Log}}{{.Output}}{{end}}{{end}}"
+        )
+        return "\n".join(f"{s}: {inspect(self.container(s), template).strip()[-400:]}" for s in DAEMONS)
+
     def wait_healthy(self, services: tuple[str, ...], timeout_s: float = 180) -> None:
         deadline = time.monotonic() + timeout_s
         states: dict[str, str] = {}
@@ -247,8 +254,10 @@ def test_compose_mesh_on_local_base_image_survives_a_signer_replica_killed_and_a
         f"{deployer}={mesh.variant.address(service, 7401)}"
         for deployer, service in (("deployer-a", killed.victim), ("deployer-b", "signer-b"), ("deployer-c", "signer-c"))
     )
+    mesh.wait_healthy(DAEMONS)  # `run` refuses at once a dependency whose check failed under load
     again = mesh.demo("--signers", alone)
-    assert again.returncode == 0 and "all outcomes as expected" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0, f"{again.stdout}{again.stderr}\n{mesh.health()}"
+    assert "all outcomes as expected" in again.stdout, again.stdout
     assert "(1 replica)" in again.stdout and signed_receipts(mesh.variant.address(killed.victim, 9401)) > 0
 
     # verifier-1 crashes (SIGKILL to its daemon, not `docker stop`): the restart policy brings it back.
@@ -269,6 +278,7 @@ def test_compose_mesh_on_local_base_image_survives_a_signer_replica_killed_and_a
     assert replay.stdout.count("REJECT NONCE_REPLAYED") == 2 and "every replay refused" in replay.stdout
 
     # The restarted verifier still accepts new work: the whole demo again.
+    mesh.wait_healthy(DAEMONS)
     again = mesh.demo()
     assert again.returncode == 0 and "all outcomes as expected" in again.stdout, again.stdout + again.stderr
 
