@@ -4,14 +4,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_VERSION := 26.3
-# Everything the tests and the demo use: the daemons (server), the exports, both shared stores, the
-# LangGraph integration, and the tools (dev).
-EXTRAS := dev,server,export,postgres,aws,langgraph,mcp,a2a
+# Everything the tests and the demo use: every extra pyproject.toml declares but the benchmark peers
+# (bench), so the daemons, the exports, the shared stores, every framework integration and the tools
+# (dev). A new extra needs no line here (docs/extending.md).
+EXTRAS := $(shell $(PYTHON) -c 'import tomllib; extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(",".join(e for e in extras if e != "bench"))')
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo mesh test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps containers containers-deps
+.PHONY: demo mesh test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps node-deps containers containers-deps
 
 include infra/tools.mk
 
@@ -21,6 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (the first run takes a minute)"
 	@test -x $(PY) || $(QUIETLY) $(PYTHON) -m venv $(VENV)
 	@$(QUIETLY) $(PIP) install --upgrade pip==$(PIP_VERSION)
+	@$(QUIETLY) $(PIP) uninstall --yes countersign  # a venv from before the rename to countersign-mesh (ADR 0034)
 	@$(QUIETLY) $(PIP) install -c constraints.txt -e '.[$(EXTRAS)]'
 	@touch $@
 
@@ -54,9 +56,13 @@ zones-deps:
 browser-deps:
 	sh tools/browser/requirements.sh
 
+# Node and the npm packages of the foreign gRPC client test (tests/node_client), installed by the project.
+node-deps:
+	sh tools/node/requirements.sh
+
 # Tests that restart shared services or rewire the network run alone, after the parallel run; the
 # container tier last, with its own engine.
-unit: $(STAMP) zones-deps browser-deps
+unit: $(STAMP) zones-deps browser-deps node-deps
 	$(VENV)/bin/pytest --ignore=tests/infra -n 2 -m "not exclusive and not containers"
 	$(VENV)/bin/pytest --ignore=tests/infra -m "exclusive and not containers"
 	@$(MAKE) --no-print-directory containers
@@ -96,9 +102,11 @@ workflow: $(STAMP)
 	$(PY) -m bench.workflow
 	$(PY) -m bench.live_workflow
 
-# Three zones on one machine (network namespaces): latency, issuance and revocation delay.
+# Three zones on one machine (network namespaces): latency, issuance and revocation delay; what four
+# faults cost signer replicas in every zone (docs/zones.md).
 zones: $(STAMP) zones-deps
 	$(PY) -m tools.zones measure
+	$(PY) -m tools.zones faults
 
 conformance: $(STAMP)
 	$(VENV)/bin/countersign conformance --trials 1000

@@ -8,9 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-SECTIONS = ("core", "issuance", "signing", "mesh", "stores", "idle", "sessions")
-# Run only when named (``make soak``): the 100,000-request memory soak takes longer than ``make bench``.
-ON_REQUEST = ("soak",)
+SECTIONS = ("core", "issuance", "signing", "capacity", "mesh", "stores", "idle", "sessions")
+# Run only when named: the 100,000-request memory soak (``make soak``) and the verdict log's size on
+# every backend take longer than ``make bench`` should.
+ON_REQUEST = ("soak", "verdict_log")
 
 
 def main(argv: list[str] | None = None) -> int:

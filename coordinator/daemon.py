@@ -29,9 +29,8 @@ from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
 from countersign.checkpoint import CheckpointError, SignedCheckpoint, check_served
-from countersign.client.errors import ServiceError
 from countersign.client.tls import TlsConfig
-from countersign.errors import ConfigError, MalformedError
+from countersign.errors import ConfigError, MalformedError, ServiceError
 from countersign.keys import PublicKey
 
 log = logging.getLogger("countersign.coordinator")
@@ -96,12 +95,8 @@ class CoordinatorMetrics:
 
 
 def _admission_error(exc: AdmissionError) -> ServiceError:
-    status = (
-        grpc.StatusCode.PERMISSION_DENIED
-        if exc.code == "BAD_STATEMENT_SIGNATURE"
-        else grpc.StatusCode.FAILED_PRECONDITION
-    )
-    return ServiceError(exc.code, str(exc), status)
+    """The refusal a statement's admission error ends a call with (its status: the edge's table)."""
+    return ServiceError(exc.code, str(exc))
 
 
 def _stored(checkpoint: SignedCheckpoint) -> StoredCheckpoint:
@@ -193,15 +188,13 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         if self._require_operator:
             identity = peer_identity(context)
             if identity is None or identity.role != "operator":
-                raise ServiceError(
-                    "NOT_AUTHORISED", "only the operator submits statements", grpc.StatusCode.PERMISSION_DENIED
-                )
+                raise ServiceError("NOT_AUTHORISED", "only the operator submits statements")
         try:
             signed = SignedStatement.from_bytes(request.statement)
             checkpoint = SignedCheckpoint.from_bytes(request.checkpoint) if request.checkpoint else None
         except MalformedError as exc:
             self._metrics.submissions.labels("malformed").inc()
-            raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+            raise ServiceError("INVALID_STATEMENT", str(exc)) from None
         sequence = signed.statement.sequence
         with self._writing:
             self._refresh()  # another replica may have appended since this one last looked
@@ -227,7 +220,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 self._refresh()
                 if not self._holds(signed):
                     self._metrics.submissions.labels("sequence_conflict").inc()
-                    raise ServiceError("SEQUENCE_CONFLICT", str(exc), grpc.StatusCode.ABORTED) from None
+                    raise ServiceError("SEQUENCE_CONFLICT", str(exc)) from None
             else:
                 with self._changed:
                     self._log.commit(signed, registry)
@@ -276,14 +269,12 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         if self._require_operator:
             identity = peer_identity(context)
             if identity is None or identity.role != "operator":
-                raise ServiceError(
-                    "NOT_AUTHORISED", "only the operator submits checkpoints", grpc.StatusCode.PERMISSION_DENIED
-                )
+                raise ServiceError("NOT_AUTHORISED", "only the operator submits checkpoints")
         try:
             checkpoint = SignedCheckpoint.from_bytes(request.checkpoint)
         except MalformedError as exc:
             self._metrics.checkpoints.labels("malformed").inc()
-            raise ServiceError("INVALID_STATEMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
+            raise ServiceError("INVALID_STATEMENT", str(exc)) from None
         with self._writing:
             self._refresh()
             try:
@@ -294,9 +285,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             if not self._store.store_checkpoint(_stored(checkpoint)):  # only writers wait on this
                 self._refresh()  # another replica stored a newer one: serve that
                 self._metrics.checkpoints.labels("sequence_conflict").inc()
-                raise ServiceError(
-                    "SEQUENCE_CONFLICT", "a newer checkpoint is stored", grpc.StatusCode.FAILED_PRECONDITION
-                )
+                raise ServiceError("SEQUENCE_CONFLICT", "a newer checkpoint is stored")
             with self._changed:
                 self._set_checkpoint(checkpoint)
                 self._changed.notify_all()  # watchers send it at once, in a heartbeat

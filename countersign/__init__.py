@@ -4,7 +4,8 @@ The protocol core lives in this package and does no network or disk I/O: records
 bytes (:mod:`countersign.records`, :mod:`countersign.canonical`), keys and the signer seam
 (:mod:`countersign.keys`), the six lineage constructions (:mod:`countersign.constructions`), path
 verification (:mod:`countersign.verify`) with its typed reasons (:mod:`countersign.reasons`), the
-registry view (:mod:`countersign.registry`) and the verifier-state interface (:mod:`countersign.state`).
+registry view (:mod:`countersign.registry`), the verifier-state interface (:mod:`countersign.state`),
+and what a consumer gets back with the offline check (:mod:`countersign.consumer`: one verdict shape).
 Clients (:mod:`countersign.client`), the daemons and the command line (:mod:`countersign_cli`) are
 shells on top (docs/adr/0010-one-way-layering.md).
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from countersign.canonical import b64url_decode_validated, b64url_encode, canonicalize_validated, pae
 from countersign.keys import PublicKey, Signer
@@ -28,6 +28,8 @@ from countersign.records import (
     NodeRecord,
     OutputReceipt,
     Policy,
+    new_envelope,
+    new_record,
 )
 
 NAIVE_SIG_UNSIGNED_FIELDS = frozenset({"parent", "depth"})
@@ -87,12 +89,10 @@ def edge_manifest(parent_digest: str, child_record_bytes: bytes, cosigners: Sequ
     start = child_record_bytes.index(_COSIGS_KEY)
     end = child_record_bytes.index(b"]", start) + 1
     child = child_record_bytes[:start] + _EMPTY_COSIGS + child_record_bytes[end:]
-    signers = b",".join(
-        [
-            b'{"deployer":"%b","key_id":"%b","role":"%b"}' % (c.deployer.encode(), c.key_id.encode(), c.role.encode())
-            for c in cosigners
-        ]
-    )
+    # One text, encoded once: the identifiers and the role are ASCII (ADR 0029's template, for τ).
+    signers = ",".join(
+        [f'{{"deployer":"{c.deployer}","key_id":"{c.key_id}","role":"{c.role}"}}' for c in cosigners]
+    ).encode()
     return b'{"child":' + child + _MANIFEST_MIDDLE + signers + _MANIFEST_TAIL + parent_digest.encode() + b'"}'
 
 
@@ -155,13 +155,18 @@ def verify_cosignature(proposal: EdgeProposal, cosignature: CoSignature, key: Pu
 
 def seal(record: NodeRecord, signer: Signer | None) -> Envelope:
     """Produce the envelope: the primary signature over the record (none for unsigned baselines)."""
-    if not record.construction.signed:
+    construction = record.construction
+    if not construction.signed:
         return Envelope.build(record, None)
     if signer is None or signer.key_id != record.key_id:
         raise ValueError("sealing needs the signer whose key_id the record names")
-    envelope = Envelope.build(record, None)
-    message = record_signing_input(record.construction, envelope)
-    return envelope.with_sig(b64url_encode(signer.sign(message)))
+    if construction is Construction.NAIVE_SIG:
+        envelope = Envelope.build(record, None)
+        return envelope.with_sig(b64url_encode(signer.sign(record_signing_input(construction, envelope))))
+    # The record's canonical bytes once: signed (PAE), and kept by the envelope for its digest.
+    record_bytes = record.canonical_bytes()
+    sig = b64url_encode(signer.sign(pae(PAYLOAD_TYPE_NODE, record_bytes)))
+    return new_envelope(record, record.key_id, sig, record_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,21 +188,11 @@ def draft_record(
     construction: Construction, fields: RecordFields, key_id: str, prefix: Sequence[Envelope]
 ) -> NodeRecord:
     """The unsigned record for position ``len(prefix)`` under ``prefix`` (empty for a root)."""
-    return NodeRecord(
-        construction=construction,
-        deployer=fields.deployer,
-        key_id=key_id,
-        agent=fields.agent,
-        created_ms=fields.created_ms,
-        expires_ms=fields.expires_ms,
-        parent=parent_link(construction, prefix),
-        depth=len(prefix),
-        nonce=fields.nonce or new_nonce(),
-        max_children=fields.max_children,
-        event=fields.event,
-        policy=fields.policy,
-        output=fields.output,
-    )
+    return new_record(
+        construction, fields.deployer, key_id, fields.agent, fields.created_ms, fields.expires_ms,
+        parent_link(construction, prefix), len(prefix), fields.nonce or new_nonce(), fields.max_children,
+        fields.event, fields.policy, fields.output, (),
+    )  # fmt: skip
 
 
 ParentCosigner = Callable[[EdgeProposal, CoSignature], CoSignature]
@@ -228,7 +223,11 @@ def issue(
         proposal = EdgeProposal(prefix[-1], record, parent_key_id)
         child_cosig = cosign(proposal, signer, CoSignerRole.CHILD)
         parent_cosig = parent_cosigner(proposal, child_cosig)
-        record = replace(record, cosigs=(parent_cosig, child_cosig))
+        record = new_record(
+            record.construction, record.deployer, record.key_id, record.agent, record.created_ms, record.expires_ms,
+            record.parent, record.depth, record.nonce, record.max_children, record.event, record.policy,
+            record.output, (parent_cosig, child_cosig),
+        )  # fmt: skip
     return seal(record, signer)
 
 

@@ -11,8 +11,9 @@ exceptions here separate three things a caller must never confuse:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from countersign.reasons import VerificationResult
@@ -108,6 +109,7 @@ class ErrorCode(StrEnum):
     ROLLBACK = "ROLLBACK"  # found by a follower or operator: the served log is shorter than the copy held
     NOT_SERVED = "NOT_SERVED"  # found by the operator: the coordinator does not serve back what it accepted
     # seen by a client when no server answered with a code of its own (transport, limits, gRPC itself)
+    WRONG_SERVER = "WRONG_SERVER"  # the server's certificate names another service than the one dialled
     UNAVAILABLE = "UNAVAILABLE"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
@@ -121,3 +123,45 @@ class ErrorCode(StrEnum):
             return cls(name)
         except ValueError:
             return cls.UNKNOWN
+
+
+# Codes a caller may retry by default: the service could not act now, and may later. An error can say
+# otherwise (a key backend that failed for good is SIGNER_UNAVAILABLE, not retryable).
+RETRYABLE_BY_DEFAULT: Final = frozenset(
+    {
+        ErrorCode.STATE_UNAVAILABLE,
+        ErrorCode.STATE_CONFLICT,
+        ErrorCode.LANES_EXHAUSTED,
+        ErrorCode.REGISTRY_STALE,
+        ErrorCode.SIGNER_UNAVAILABLE,
+        ErrorCode.PARENT_UNREACHABLE,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.DEADLINE_EXCEEDED,
+    }
+)
+
+
+class ServiceError(CountersignError):
+    """A refusal with a code from the closed list (:class:`ErrorCode`) and a message: raised by a
+    service, by a client that turns a service's answer back into one, or before any call (a malformed
+    handoff). It carries no transport status: a servicer's edge (``countersign._daemon.edge``) picks the
+    gRPC status from the code, from one table, when it ends a call with it.
+
+    ``retryable``: whether the same request may succeed later (default: the code's, see
+    :data:`RETRYABLE_BY_DEFAULT`); ``details``: extra ``ErrorInfo`` metadata (e.g. a parent's code)."""
+
+    def __init__(
+        self,
+        code: ErrorCode | str,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        details: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)  # a name outside the closed list is a bug: ValueError
+        self.retryable = self.code in RETRYABLE_BY_DEFAULT if retryable is None else retryable
+        self.details = dict(details or {})
+
+    def __repr__(self) -> str:
+        return f"ServiceError({self.code}: {self})"

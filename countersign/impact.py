@@ -81,11 +81,17 @@ _QUERY_PATTERNS = {
 }
 
 
+MAX_SHOWN_CHARS = 80  # of a refused query value: an error echoes no more of it than this
+
+
 def impact_query(kind: DependencyKind, value: str, since_ms: int = 0) -> ImpactQuery:
     """A query from untrusted input (a command line, an RPC). Raises MalformedError saying what is wrong."""
     pattern, what = _QUERY_PATTERNS[kind]
     if pattern.fullmatch(value) is None:
-        raise MalformedError(f"{value!r} is not {what}")
+        shown = repr(value[:MAX_SHOWN_CHARS]) + (
+            f" (and {len(value) - MAX_SHOWN_CHARS} more)" if len(value) > MAX_SHOWN_CHARS else ""
+        )
+        raise MalformedError(f"{shown} is not {what}")
     if not 0 <= since_ms <= MAX_VERDICT_TIME_MS:
         raise MalformedError(f"since must be between 0 and {MAX_VERDICT_TIME_MS} ms since the epoch")
     return ImpactQuery(kind, value, since_ms)
@@ -269,7 +275,9 @@ def _binds_ancestors(construction: str) -> bool:
         return False
 
 
-def collect_impact(log: VerdictLog, query: ImpactQuery, *, limit: int = MAX_LOOKUP_VERDICTS) -> ImpactReport:
+def collect_impact(
+    log: VerdictLog, query: ImpactQuery, *, limit: int = MAX_LOOKUP_VERDICTS, client: str | None = None
+) -> ImpactReport:
     """:func:`analyse` over the verdicts of ``log`` that the query can reach, found by indexed lookups.
 
     The first lookup finds the verdicts holding a record that matches the query. A record of every
@@ -277,6 +285,8 @@ def collect_impact(log: VerdictLog, query: ImpactQuery, *, limit: int = MAX_LOOK
     record's parent right before it, so every accepted path holding a descendant also holds the
     matching record: that lookup has found them all. Under NO-CHAIN a descendant can appear under
     other parents, so those descendants are looked up too, until nothing new turns up.
+    ``client``: only that client identity's verdicts (a consumer's own query): the graph, and so the
+    records reported, is built from them alone.
     Raises :class:`countersign.errors.StateUnavailable` when the log cannot be read.
     """
     fetched: dict[str, VerdictEntry] = {}
@@ -285,7 +295,7 @@ def collect_impact(log: VerdictLog, query: ImpactQuery, *, limit: int = MAX_LOOK
 
     def lookup(kind: DependencyKind, values: list[str]) -> bool:
         nonlocal truncated
-        found = log.accepts_relying_on(kind, values, since_ms=query.since_ms, limit=limit)
+        found = log.accepts_relying_on(kind, values, since_ms=query.since_ms, limit=limit, client=client)
         truncated = truncated or len(found) >= limit
         new = [entry for entry in found if entry.verdict_id not in fetched]
         for entry in new:

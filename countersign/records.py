@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import importlib.util
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -466,17 +467,21 @@ class NodeRecord:
         return canonicalize_validated(self.to_json()) if composed is None else composed
 
     def _composed(self) -> bytes | None:
-        agent, output, policy, parent = self.agent, self.output, self.policy, self.parent
+        # Enum text by ``_value_``: the ``value`` property costs twice as much, and a plain str in an
+        # enum field (a wrong type) still raises AttributeError, so the encoder decides for it.
+        agent, output, policy, parent, cosigs = self.agent, self.output, self.policy, self.parent, self.cosigs
         texts = [self.deployer, self.key_id, self.nonce, agent.instance, agent.system]
         integers = [self.created_ms, self.expires_ms, self.depth, self.max_children, self.v]
-        cosigs = ",".join(
-            [
-                f'{{"deployer":"{c.deployer}","key_id":"{c.key_id}","role":"{c.role.value}","sig":"{c.sig}"}}'
-                for c in self.cosigs
-            ]
-        )
-        for c in self.cosigs:
-            texts += (c.deployer, c.key_id, c.sig)
+        cosig_text = ""
+        if cosigs:
+            cosig_text = ",".join(
+                [
+                    f'{{"deployer":"{c.deployer}","key_id":"{c.key_id}","role":"{c.role._value_}","sig":"{c.sig}"}}'
+                    for c in cosigs
+                ]
+            )
+            for c in cosigs:
+                texts += (c.deployer, c.key_id, c.sig)
         if parent is not None:
             texts.append(parent)
         children = policy.allowed_children
@@ -486,12 +491,12 @@ class NodeRecord:
         if max_depth is not None:
             integers.append(max_depth)
         output_text = "null" if output is None else _output_text(output, texts, integers)
-        if _ENCODES_AS_ITSELF.fullmatch("".join(texts)) is None or any(type(i) is not int for i in integers):
+        if set(map(type, integers)) != _INT_ONLY or _ENCODES_AS_ITSELF.fullmatch("".join(texts)) is None:
             return None
         return (
             f'{{"agent":{{"instance":"{agent.instance}","system":"{agent.system}"}},'
-            f'"construction":"{self.construction.value}","cosigs":[{cosigs}],"created_ms":{self.created_ms},'
-            f'"deployer":"{self.deployer}","depth":{self.depth},"event":"{self.event.value}",'
+            f'"construction":"{self.construction._value_}","cosigs":[{cosig_text}],"created_ms":{self.created_ms},'
+            f'"deployer":"{self.deployer}","depth":{self.depth},"event":"{self.event._value_}",'
             f'"expires_ms":{self.expires_ms},"key_id":"{self.key_id}","max_children":{self.max_children},'
             f'"nonce":"{self.nonce}","output":{output_text},"parent":{_quoted(parent)},'
             f'"policy":{{"allowed_children":{_quoted_list(children)},"max_depth":{_number(max_depth)}}},'
@@ -499,6 +504,7 @@ class NodeRecord:
         ).encode("ascii")
 
 
+_INT_ONLY: Final = {int}
 _ENCODES_AS_ITSELF: Final = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 """Text a JSON string holds as itself: printable ASCII but ``"`` and ``\\``."""
 
@@ -532,11 +538,104 @@ def _output_text(output: OutputReceipt, texts: list[str], integers: list[int]) -
     if output.stream is not None:
         chunk = output.stream
         integers += (chunk.n, chunk.units)
-        stream = f',"stream":{{"n":{chunk.n},"unit":"{chunk.unit.value}","units":{chunk.units}}}'
+        stream = f',"stream":{{"n":{chunk.n},"unit":"{chunk.unit._value_}","units":{chunk.units}}}'
     return (
-        f'{{"binding_scope":"{output.binding_scope.value}"{close},"prev":{_quoted(output.prev)},'
+        f'{{"binding_scope":"{output.binding_scope._value_}"{close},"prev":{_quoted(output.prev)},'
         f'"seq":{output.seq},"session":"{output.session}","sha256":"{output.sha256}"{stream}}}'
     )
+
+
+def new_record(
+    construction: Construction,
+    deployer: str,
+    key_id: str,
+    agent: AgentRef,
+    created_ms: int,
+    expires_ms: int,
+    parent: str | None,
+    depth: int,
+    nonce: str,
+    max_children: int,
+    event: LifecycleEvent,
+    policy: Policy,
+    output: OutputReceipt | None,
+    cosigs: tuple[CoSignature, ...],
+) -> NodeRecord:
+    """``NodeRecord(...)`` with these values, in a third of the time: the generated ``__init__`` of a
+    frozen dataclass goes through ``object.__setattr__`` once per field, and the parsers and the issuer
+    make one record per envelope. Sets every slot, so the result equals the constructed record."""
+    record = _NEW(NodeRecord)
+    _SET_CONSTRUCTION(record, construction)
+    _SET_DEPLOYER(record, deployer)
+    _SET_KEY_ID(record, key_id)
+    _SET_AGENT(record, agent)
+    _SET_CREATED(record, created_ms)
+    _SET_EXPIRES(record, expires_ms)
+    _SET_PARENT(record, parent)
+    _SET_DEPTH(record, depth)
+    _SET_NONCE(record, nonce)
+    _SET_MAX_CHILDREN(record, max_children)
+    _SET_EVENT(record, event)
+    _SET_POLICY(record, policy)
+    _SET_OUTPUT(record, output)
+    _SET_COSIGS(record, cosigs)
+    _SET_V(record, FORMAT_VERSION)
+    return record
+
+
+_NEW: Final = object.__new__
+
+
+def new_output(
+    sha256: str,
+    binding_scope: BindingScope,
+    session: str,
+    seq: int,
+    prev: str | None,
+    stream: StreamChunk | None,
+    close: SessionClose | None,
+) -> OutputReceipt:
+    """``OutputReceipt(...)`` without the generated ``__init__`` (see :func:`new_record`)."""
+    output = _NEW(OutputReceipt)
+    _SET_SHA256(output, sha256)
+    _SET_SCOPE(output, binding_scope)
+    _SET_SESSION(output, session)
+    _SET_SEQ(output, seq)
+    _SET_PREV(output, prev)
+    _SET_STREAM(output, stream)
+    _SET_CLOSE(output, close)
+    return output
+
+
+def new_cosignature(role: CoSignerRole, deployer: str, key_id: str, sig: str) -> CoSignature:
+    """``CoSignature(...)`` without the generated ``__init__`` (see :func:`new_record`)."""
+    cosig = _NEW(CoSignature)
+    _SET_ROLE(cosig, role)
+    _SET_COSIGNER(cosig, deployer)
+    _SET_COSIGNER_KEY(cosig, key_id)
+    _SET_COSIG(cosig, sig)
+    return cosig
+
+
+def _setter(cls: type, name: str) -> Callable[[object, object], None]:
+    """The slot's own setter: writes a frozen dataclass's field without its ``__setattr__``."""
+    setter: Callable[[object, object], None] = getattr(cls, name).__set__
+    return setter
+
+
+_SET_CONSTRUCTION, _SET_DEPLOYER, _SET_KEY_ID, _SET_AGENT, _SET_CREATED, _SET_EXPIRES, _SET_PARENT = (
+    _setter(NodeRecord, name)
+    for name in ("construction", "deployer", "key_id", "agent", "created_ms", "expires_ms", "parent")
+)
+_SET_DEPTH, _SET_NONCE, _SET_MAX_CHILDREN, _SET_EVENT, _SET_POLICY, _SET_OUTPUT, _SET_COSIGS, _SET_V = (
+    _setter(NodeRecord, name) for name in ("depth", "nonce", "max_children", "event", "policy", "output", "cosigs", "v")
+)
+_SET_ROLE, _SET_COSIGNER, _SET_COSIGNER_KEY, _SET_COSIG = (
+    _setter(CoSignature, name) for name in ("role", "deployer", "key_id", "sig")
+)
+_SET_SHA256, _SET_SCOPE, _SET_SESSION, _SET_SEQ, _SET_PREV, _SET_STREAM, _SET_CLOSE = (
+    _setter(OutputReceipt, name) for name in ("sha256", "binding_scope", "session", "seq", "prev", "stream", "close")
+)
 
 
 class UnsupportedVersionError(MalformedError):
@@ -548,6 +647,10 @@ class UnsupportedVersionError(MalformedError):
 ENVELOPE_KEYS: Final = frozenset({"record", "key_id", "sig"})
 KnownEnvelopes = Callable[[str], "Envelope | None"]
 """Envelopes already parsed, by their signature (a verifier's prefix cache)."""
+_compiled_path: Callable[[bytes, KnownEnvelopes | None], Path | None] | None = None
+"""The compiled decoder's path parse, when the ``fast`` extra is installed (set at the end of the module)."""
+_compiled_session: Callable[[bytes, int, int], tuple[Path, tuple[Envelope, ...]] | None] | None = None
+"""Its parse of session evidence (``countersign.sessions``)."""
 PATH_KEYS: Final = frozenset({"v", "envelopes"})
 
 
@@ -653,6 +756,24 @@ class Envelope:
         return cls.from_json(value)
 
 
+def new_envelope(record: NodeRecord, key_id: str, sig: str | None, record_bytes: bytes) -> Envelope:
+    """``Envelope(record, key_id, sig)`` with the record's canonical bytes already known, without the
+    generated ``__init__`` (see :func:`new_record`): a parser that has the bytes makes one per record."""
+    envelope = _NEW(Envelope)
+    _SET_RECORD(envelope, record)
+    _SET_ENVELOPE_KEY_ID(envelope, key_id)
+    _SET_SIG(envelope, sig)
+    _SET_RECORD_JSON(envelope, None)
+    _SET_RECORD_BYTES(envelope, record_bytes)
+    _SET_DIGEST(envelope, None)
+    return envelope
+
+
+_SET_RECORD, _SET_ENVELOPE_KEY_ID, _SET_SIG, _SET_RECORD_JSON, _SET_RECORD_BYTES, _SET_DIGEST = (
+    _setter(Envelope, name) for name in ("record", "key_id", "sig", "_record_json", "_record_bytes", "_digest")
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Path:
     """A presented root-to-leaf path of envelopes."""
@@ -700,14 +821,32 @@ class Path:
     def from_bytes(cls, data: bytes, known: KnownEnvelopes | None = None) -> Path:
         """Parse a path from JSON bytes. Raises MalformedError (never anything else) on bad input.
 
+        With the ``fast`` extra installed, the compiled decoder of :mod:`countersign._compiled_parse`
+        reads valid input (ADR 0036); whatever it cannot prove valid, every refusal included, is parsed
+        by :meth:`parse_bytes_reference`, which gives the reasons, indexes and details. The result is
+        the same either way.
+
+        With ``known`` (a verifier's prefix cache), envelopes it already holds are not checked again,
+        for the same result.
+        """
+        if _compiled_path is not None:
+            path = _compiled_path(data, known)
+            if path is not None:
+                return path
+        return cls.parse_bytes_reference(data, known)
+
+    @classmethod
+    def parse_bytes_reference(cls, data: bytes, known: KnownEnvelopes | None = None) -> Path:
+        """:meth:`from_bytes` by the reference parser alone (:func:`parse_json` and the ``from_json``
+        methods, written from the spec); the compiled decoder is held equal to it.
+
         Input nested deeper than ``MAX_NESTING`` is ``MALFORMED`` at index null whatever else is wrong
         with it (spec 2.1, step 1 of 4.5). A path that passes the schema is at most six levels deep, so
         the depth is measured only when parsing fails: the answer is the same as measuring first,
         and a valid path pays nothing for it.
 
-        With ``known`` (a verifier's prefix cache), envelopes it already holds are not checked again,
-        for the same result. No record holds a boolean, so text holding ``true`` or ``false`` anywhere
-        (even inside a string) is parsed without it: ``true == 1`` cannot make a value look known.
+        No record holds a boolean, so with ``known``, text holding ``true`` or ``false`` anywhere (even
+        inside a string) is parsed without it: ``true == 1`` cannot make a value look known.
         """
         if known is not None:
             # As bytes: ``in`` on a memoryview looks for one element, not for a run of bytes.
@@ -794,3 +933,16 @@ def parse_json(data: bytes | str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
         raise
     except (ValueError, RecursionError) as exc:
         raise MalformedError(f"invalid JSON: {exc}") from None
+
+
+# --- the compiled decoder (ADR 0036) ----------------------------------------------------------------
+# Chosen once, at import: msgspec (the ``fast`` extra) when it is installed, else the parser above
+# decides alone, with the same verdicts. Imported last: it builds the classes of this module.
+DECODER: str = "reference (json)"
+"""Which parser reads valid input: the compiled decoder and its version, or the reference."""
+if importlib.util.find_spec("msgspec") is not None:
+    from countersign import _compiled_parse
+
+    _compiled_path = _compiled_parse.path_from_bytes
+    _compiled_session = _compiled_parse.session_from_bytes
+    DECODER = _compiled_parse.DECODER_NAME

@@ -37,6 +37,7 @@ from countersign.records import (
     OutputReceipt,
     Path,
     UnsupportedVersionError,
+    _compiled_session,
     _int,
     _match,
     _object,
@@ -112,7 +113,19 @@ class SessionEvidence:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionEvidence:
-        """Parse session evidence from JSON bytes; raises MalformedError (never anything else)."""
+        """Parse session evidence from JSON bytes; raises MalformedError (never anything else).
+
+        The compiled decoder reads valid input when the ``fast`` extra is installed (ADR 0036), and
+        :meth:`parse_bytes_reference` decides everything it cannot prove valid: the same result."""
+        if _compiled_session is not None:
+            parsed = _compiled_session(data, MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS)
+            if parsed is not None:
+                return cls(*parsed)
+        return cls.parse_bytes_reference(data)
+
+    @classmethod
+    def parse_bytes_reference(cls, data: bytes) -> SessionEvidence:
+        """:meth:`from_bytes` by the reference parser alone (:func:`parse_json`, then the schema)."""
         try:
             return cls._from_json(parse_json(data, MAX_SESSION_INPUT_BYTES), parsed=True)
         except MalformedError:

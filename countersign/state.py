@@ -14,8 +14,10 @@ relied on the key we just revoked?" is an indexed query (``countersign.impact`` 
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
@@ -206,16 +208,154 @@ class VerdictEntry:
         return any(record.depends_on(kind, value) for record in self.records)
 
 
+MAX_CAUSE_CHARS: Final = 256
+"""A revalidation cause is kept to this many characters (it is counted in every entry's bytes)."""
+
+VERDICT_ROW_BYTES: Final = 200
+"""What a logged verdict counts for beside its variable text: its fixed columns and index entries."""
+
+PATH_ROW_BYTES: Final = 100
+USE_ROW_BYTES: Final = 120
+"""What a stored path counts for beside its records' JSON, and each of its index entries."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientUsage:
+    """What one client identity holds in the verdict log: its verdicts, and the bytes they and its
+    paths count for."""
+
+    rows: int
+    bytes: int
+
+
+def path_json(records: Sequence[RecordUse]) -> str:
+    """The records a verdict relied on, as the log stores them once per path: compact JSON
+    ``[[digest, deployer, key_id, created_ms, [[role, deployer, key_id], ...]], ...]``."""
+    return json.dumps(
+        [[r.digest, r.deployer, r.key_id, r.created_ms, [[c.role, c.deployer, c.key_id] for c in r.cosigners]]
+         for r in records],
+        separators=(",", ":"),
+    )  # fmt: skip
+
+
+def records_from_json(text: str) -> tuple[RecordUse, ...]:
+    """:func:`path_json` read back. Raises ValueError (or KeyError, TypeError) on anything else."""
+    return tuple(
+        RecordUse(
+            str(digest), str(deployer), str(key_id), int(created), tuple(CoSigner(*map(str, c)) for c in cosigners)
+        )
+        for digest, deployer, key_id, created, cosigners in json.loads(text)
+    )
+
+
+def path_digest(construction: str, records: Sequence[RecordUse]) -> bytes | None:
+    """The key a path is stored under (SHA-256 of its construction and :func:`path_json`); None for a
+    verdict on no path (the input did not parse)."""
+    if not records:
+        return None
+    return hashlib.sha256(f"{construction}\n{path_json(records)}".encode()).digest()
+
+
+def path_uses(records: Sequence[RecordUse]) -> list[tuple[DependencyKind, str]]:
+    """Every record, key and deployer a path relies on (each once): its index entries."""
+    uses: dict[tuple[DependencyKind, str], None] = {}
+    for record in records:
+        uses[DependencyKind.RECORD, record.digest] = None
+        for _, deployer, key_id in record.signatures():
+            uses[DependencyKind.KEY, key_id] = None
+            uses[DependencyKind.DEPLOYER, deployer] = None
+    return list(uses)
+
+
+def verdict_bytes(entry: VerdictEntry) -> int:
+    """What a logged verdict counts for against the log's byte bound (its path apart)."""
+    text = (entry.verdict_id, entry.mode, entry.client, entry.request_id, entry.verdict, entry.reason)
+    return VERDICT_ROW_BYTES + sum(len(t.encode()) for t in text) + MAX_CAUSE_CHARS
+
+
+def path_bytes(construction: str, records: Sequence[RecordUse]) -> int:
+    """What a stored path counts for: its records' JSON and its index entries (0 for no path)."""
+    if not records:
+        return 0
+    uses = path_uses(records)
+    return (
+        PATH_ROW_BYTES + len(construction) + len(path_json(records).encode())
+        + sum(USE_ROW_BYTES + len(value) for _, value in uses)
+    )  # fmt: skip
+
+
+def bounded_cause(cause: str) -> str:
+    return cause if len(cause) <= MAX_CAUSE_CHARS else cause[: MAX_CAUSE_CHARS - 3] + "..."
+
+
+TRIM_BYTES_BATCH: Final = 64
+"""Verdicts of the largest holder forgotten at once while the log is over its byte bound."""
+
+
+def trim_by_share(
+    usage: dict[str, ClientUsage],
+    max_rows: int,
+    max_bytes: int | None,
+    limit: int,
+    forget_oldest: Callable[[str, int], ClientUsage],
+) -> int:
+    """The trimming rule every store follows: while the log is over ``max_rows`` (or ``max_bytes``),
+    forget the oldest verdicts of the client holding the most rows (bytes), the smaller identity
+    first among equals; ``forget_oldest(client, n)`` forgets ``n`` and says how many rows and bytes
+    went. Over rows, as many at once as keep that client the largest holder; over bytes,
+    :data:`TRIM_BYTES_BATCH`. Stops after ``limit``. ``usage`` is updated; returns how many went."""
+    held = dict(usage)
+    removed = 0
+    while removed < limit:
+        rows = sum(u.rows for u in held.values())
+        total = sum(u.bytes for u in held.values())
+        by_rows = rows > max_rows
+        if not by_rows and (max_bytes is None or total <= max_bytes):
+            break
+        ranked = sorted(
+            (c for c in held if held[c].rows > 0),
+            key=lambda c: (-(held[c].rows if by_rows else held[c].bytes), c),
+        )
+        if not ranked:
+            break
+        top = ranked[0]
+        if by_rows:
+            second = held[ranked[1]].rows if len(ranked) > 1 else 0
+            keeps_lead = len(ranked) > 1 and top < ranked[1]
+            count = max(1, held[top].rows - second + (1 if keeps_lead else 0))
+            count = min(count, rows - max_rows)
+        else:
+            count = TRIM_BYTES_BATCH
+        count = min(count, limit - removed, held[top].rows)
+        gone = forget_oldest(top, count)
+        if gone.rows == 0:
+            break  # another replica's collector took them meanwhile
+        held[top] = ClientUsage(held[top].rows - gone.rows, held[top].bytes - gone.bytes)
+        removed += gone.rows
+    usage.update(held)
+    return removed
+
+
 class VerdictLog(Protocol):
     """The verifier's durable, bounded log of its verdicts. Every method raises
     :class:`countersign.errors.StateUnavailable` when the store cannot be reached.
 
+    What repeats is stored once (issue 29): a verdict names its path by :func:`path_digest`, and each
+    client identity's store holds each of its paths once, with the path's index entries (every key,
+    record and deployer it relies on). A verdict on a path its client logged before adds one row.
+
     Lookups return accepted verdicts only: a rejected path relied on nothing, and no revocation can
     make it acceptable. Entries are returned oldest first (by time, then id), at most ``limit``.
+
+    The log is bounded in rows and in bytes (:func:`verdict_bytes`, :func:`path_bytes`: what an entry
+    and a path count for, the same on every backend), and each client identity gets its share: the
+    verdicts trimmed are always the oldest of the client holding the most (:func:`trim_by_share`), so
+    one client flooding the log pushes out only its own.
     """
 
     def record_verdict(self, entry: VerdictEntry) -> None:
-        """Durably record ``entry`` (with its records and signatures), all of it or nothing."""
+        """Durably record ``entry`` (with its path, if the client's store does not hold it yet), all
+        of it or nothing."""
         ...
 
     def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
@@ -225,18 +365,28 @@ class VerdictLog(Protocol):
         ...
 
     def accepts_relying_on(
-        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+        self,
+        kind: DependencyKind,
+        values: Sequence[str],
+        *,
+        since_ms: int = 0,
+        limit: int = MAX_LOOKUP_VERDICTS,
+        client: str | None = None,
     ) -> list[VerdictEntry]:
-        """Accepted verdicts at or after ``since_ms`` with a record that depends on any of ``values``."""
+        """Accepted verdicts at or after ``since_ms`` with a record that depends on any of ``values``;
+        only those of ``client`` when it is given (a consumer sees its own verdicts only)."""
         ...
 
     def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
-        """Flag these logged verdicts (as a lookup returned them; nothing is deleted) with ``cause``;
-        return how many were not flagged before, so replicas sharing a store count each verdict once."""
+        """Flag these logged verdicts (as a lookup returned them; nothing is deleted) with ``cause``
+        (cut to :data:`MAX_CAUSE_CHARS`); return how many were not flagged before, so replicas sharing
+        a store count each verdict once."""
         ...
 
-    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
-        """Forget the oldest verdicts beyond ``max_rows`` (at most ``limit`` of them); return how many.
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000, *, max_bytes: int | None = None) -> int:
+        """Forget verdicts while the log holds more than ``max_rows`` of them or (given) more than
+        ``max_bytes``, each time the oldest of the client holding the most (:func:`trim_by_share`), at
+        most ``limit``; return how many. A path goes with the last of its client's verdicts on it.
         Verdicts past their ``retain_until_ms`` go with :meth:`VerifierState.collect_expired`."""
         ...
 
@@ -244,9 +394,17 @@ class VerdictLog(Protocol):
         """Verdicts held in the log."""
         ...
 
+    def verdict_usage(self) -> dict[str, ClientUsage]:
+        """Rows and bytes each client identity holds (what trimming shares out)."""
+        ...
+
 
 class VerifierStore(VerifierState, VerdictLog, Protocol):
     """What a verifier's store gives it: the state verification needs, and the verdict log."""
+
+
+def _oldest_first(entry: VerdictEntry) -> tuple[int, str]:
+    return entry.time_ms, entry.verdict_id
 
 
 MAX_SESSION_LEAVES: Final = 65_536
@@ -279,6 +437,7 @@ class InMemoryState:
         self._nonces: dict[str, tuple[int, str, int]] = {}  # nonce -> (retain until, request id, accepted)
         self._children: dict[str, dict[str, int]] = {}
         self._verdicts: dict[str, VerdictEntry] = {}
+        self._path_refs: dict[tuple[str, bytes], int] = {}  # (client, path digest) -> its verdicts held
 
     def admit(
         self, edges: Sequence[ChildEdge], leaf: LeafNonce, *, consume: bool, now_ms: int
@@ -348,9 +507,7 @@ class InMemoryState:
                 if not children:
                     del self._children[parent]
             expired_verdicts = [v for v, e in self._verdicts.items() if e.retain_until_ms < now_ms]
-            for verdict_id in expired_verdicts[: max(0, limit - removed)]:
-                del self._verdicts[verdict_id]
-                removed += 1
+            removed += self._forget(expired_verdicts[: max(0, limit - removed)]).rows
             return removed
 
     def close(self) -> None:
@@ -366,10 +523,22 @@ class InMemoryState:
     def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
         with self._lock:
             for entry in entries:
+                if entry.verdict_id in self._verdicts:
+                    continue
+                digest = path_digest(entry.construction, entry.records)
+                if digest is not None:
+                    key = (entry.client, digest)
+                    self._path_refs[key] = self._path_refs.get(key, 0) + 1
                 self._verdicts[entry.verdict_id] = replace(entry, needs_revalidation=False, revalidation_cause="")
 
     def accepts_relying_on(
-        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+        self,
+        kind: DependencyKind,
+        values: Sequence[str],
+        *,
+        since_ms: int = 0,
+        limit: int = MAX_LOOKUP_VERDICTS,
+        client: str | None = None,
     ) -> list[VerdictEntry]:
         wanted = set(values)
         with self._lock:
@@ -378,6 +547,7 @@ class InMemoryState:
                 for entry in self._verdicts.values()
                 if entry.accepted
                 and entry.time_ms >= since_ms
+                and (client is None or entry.client == client)
                 and any(entry.depends_on(kind, value) for value in wanted)
             ]
         return sorted(found, key=lambda e: (e.time_ms, e.verdict_id))[:limit]
@@ -388,17 +558,56 @@ class InMemoryState:
             for verdict_id in dict.fromkeys(v.verdict_id for v in verdicts):
                 entry = self._verdicts.get(verdict_id)
                 if entry is not None and not entry.needs_revalidation:
-                    self._verdicts[verdict_id] = replace(entry, needs_revalidation=True, revalidation_cause=cause)
+                    self._verdicts[verdict_id] = replace(
+                        entry, needs_revalidation=True, revalidation_cause=bounded_cause(cause)
+                    )
                     marked += 1
         return marked
 
-    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+    def _forget(self, verdict_ids: Sequence[str]) -> ClientUsage:
+        """Forget these verdicts, and each path with the last of its client's verdicts on it."""
+        rows = freed = 0
+        for verdict_id in verdict_ids:
+            entry = self._verdicts.pop(verdict_id, None)
+            if entry is None:
+                continue
+            rows += 1
+            freed += verdict_bytes(entry)
+            digest = path_digest(entry.construction, entry.records)
+            if digest is not None:
+                key = (entry.client, digest)
+                self._path_refs[key] -= 1
+                if self._path_refs[key] == 0:
+                    del self._path_refs[key]
+                    freed += path_bytes(entry.construction, entry.records)
+        return ClientUsage(rows, freed)
+
+    def _usage(self) -> dict[str, ClientUsage]:
+        usage: dict[str, ClientUsage] = {}
+        paths: dict[tuple[str, bytes], int] = {}
+        for entry in self._verdicts.values():
+            held = usage.get(entry.client, ClientUsage(0, 0))
+            usage[entry.client] = ClientUsage(held.rows + 1, held.bytes + verdict_bytes(entry))
+            digest = path_digest(entry.construction, entry.records)
+            if digest is not None:
+                paths[entry.client, digest] = path_bytes(entry.construction, entry.records)
+        for (client, _), size in paths.items():
+            held = usage[client]
+            usage[client] = ClientUsage(held.rows, held.bytes + size)
+        return usage
+
+    def verdict_usage(self) -> dict[str, ClientUsage]:
         with self._lock:
-            excess = min(max(0, len(self._verdicts) - max_rows), limit)
-            oldest = sorted(self._verdicts.values(), key=lambda e: (e.time_ms, e.verdict_id))[:excess]
-            for entry in oldest:
-                del self._verdicts[entry.verdict_id]
-            return len(oldest)
+            return self._usage()
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000, *, max_bytes: int | None = None) -> int:
+        with self._lock:
+
+            def forget_oldest(client: str, count: int) -> ClientUsage:
+                mine = sorted((e for e in self._verdicts.values() if e.client == client), key=_oldest_first)
+                return self._forget([e.verdict_id for e in mine[:count]])
+
+            return trim_by_share(self._usage(), max_rows, max_bytes, limit, forget_oldest)
 
     def verdict_count(self) -> int:
         with self._lock:

@@ -153,6 +153,7 @@ class LocalMesh:
             self._certificate("coordinator", PeerIdentity("coordinator"), [coordinator_dns()])
             self._certificate("operator", PeerIdentity("operator"), [])
             self._certificate("client", PeerIdentity("client", name="demo"), [])
+            self._certificate("auditor", PeerIdentity("auditor", name="audit"), [])
             for deployer in self.deployers:
                 self._certificate(
                     f"{deployer}-signer", PeerIdentity("signer", deployer=deployer), [signer_dns(deployer)]
@@ -294,7 +295,7 @@ class LocalMesh:
         if self.checkpoints is not None or every == 0:
             return
         self.checkpoints = CheckpointLoop(
-            self.operator_address, self.tls_for("operator"), self.operator,
+            lambda: self.coordinator_addresses, self.tls_for("operator"), self.operator,
             every_ms=every, checkpoint_lifetime_ms=self.lifetime_ms, known_head=self.operator_head,
         ).start()  # fmt: skip
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from countersign.errors import CountersignError
+from countersign.extras import DISTRIBUTION, install_command
 
 EXIT_OK = 0
 EXIT_REJECTED = 1
@@ -54,14 +55,14 @@ def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
         return None
     if extra == "grpc" and command in DAEMON_COMMANDS:
         extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
-    return f"the '{extra}' extra (no module {exc.name}): pip install 'countersign[{extra}]'"
+    return f"the '{extra}' extra (no module {exc.name}): {install_command(extra)}"
 
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("countersign")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown (not installed)"
 

@@ -343,7 +343,7 @@ def verify_session_remotely(
     """Ask a verifier service (VerifySession), ``consumer_policy`` applied here (spec 16.4); print the
     same verdict object as offline."""
     from countersign.client import VerifierClient
-    from countersign.client.errors import ServiceError
+    from countersign.errors import ServiceError
     from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
@@ -424,7 +424,7 @@ def verify_remotely(
     """Ask a verifier service, ``consumer_policy`` applied here (spec 16.4); print the same verdict
     object as offline verification."""
     from countersign.client import VerifierClient
-    from countersign.client.errors import ServiceError
+    from countersign.errors import ServiceError
     from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))

@@ -18,13 +18,13 @@ from countersign.keys import PublicKey, Signer
 from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
 
 # gRPC, TLS and the daemon plumbing are imported by the commands that use them, so that `countersign
-# --help` and the offline commands run on the core alone (`pip install countersign`, no extras).
+# --help` and the offline commands run on the core alone (`pip install countersign-mesh`, no extras).
 if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
     from countersign.checkpoint import SignedCheckpoint
-    from countersign.client.errors import ServiceError
     from countersign.client.operator import KnownHead
     from countersign.client.tls import TlsConfig
+    from countersign.errors import ServiceError
 
 
 # What each admission statement does, in the operator's words (the statement kind is the wire name).
@@ -60,8 +60,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     issue.add_argument(
         "--role",
         required=True,
-        choices=["signer", "runtime", "coordinator", "verifier", "client", "operator"],
-        help="what the certificate may do: the daemons check the role in its URI before each method",
+        choices=["signer", "runtime", "coordinator", "verifier", "client", "auditor", "operator"],
+        help="what the certificate may do: the daemons check the role in its URI before each method (client: a"
+        " consumer, which sees only its own verdicts in a verifier's log; auditor: reads and marks the whole log)",
     )
     issue.add_argument("--deployer", help="deployer id (signer and runtime roles)")
     issue.add_argument("--ip", action="append", default=[], help="extra IP address SAN (repeatable)")
@@ -107,6 +108,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "--lifetime-ms", type=int, default=60_000, help="lifetime of the checkpoint sent with it (default 60000)"
         )
         sub.add_argument("--head-file", default="", help=HEAD_FILE_HELP)
+        sub.add_argument(
+            "--replaces", metavar="DIGEST", default=None,
+            help="offline: the statement this operator signed at the same position and will never submit"
+            " (it is forgotten from the head file; without this a second statement there is refused)",
+        )  # fmt: skip
         add_client_arguments(sub, "--coordinator", required=False)
         sub.set_defaults(handler=cmd_operator_statement, kind=kind)
     checkpoint = op_actions.add_parser(
@@ -156,6 +162,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     submit = op_actions.add_parser("submit", help="submit a statement signed offline (operator <action> --out)")
     submit.add_argument("--statement", required=True, help="the signed statement file")
+    submit.add_argument(
+        "--head-file", required=True,
+        help="the head file of the operator's checkpoint loop: the statement is recorded there before it is sent,"
+        " so the loop vouches for no log without it",
+    )  # fmt: skip
     add_client_arguments(submit, "--coordinator")
     submit.set_defaults(handler=cmd_operator_submit)
 
@@ -185,8 +196,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 HEAD_FILE_HELP = (
-    "where the operator records the newest head it submitted, shared by the statement commands and the "
-    "checkpoint loop (default: beside a file key, <key>.head.json)"
+    "where the operator records every statement it signs or submits, shared by the statement commands and "
+    "the checkpoint loop, which vouches for no log without them (default: beside a file key, <key>.head.json; "
+    "required with a KMS key)"
 )
 
 
@@ -199,13 +211,13 @@ def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, 
 
 
 def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
-    from countersign._daemon.config import require_loopback
+    from countersign._daemon.config import parse_addresses
     from countersign.client.tls import TlsConfig
 
     tls = TlsConfig(ca=args.ca, cert=args.cert, key=args.tls_key, insecure_loopback=args.insecure_loopback)
     try:
         tls.validate("client")
-        require_loopback(tls, {"address": address})
+        parse_addresses(address, "address", tls)  # one, or replicas separated by commas
     except ConfigError as exc:
         raise UsageError(in_flag_words(str(exc))) from None
     return tls
@@ -371,6 +383,8 @@ def identity_for(role: str, deployer: str | None, name: str) -> tuple[PeerIdenti
         return PeerIdentity("verifier", name=name), [verifier_dns()]
     if role == "operator":
         return PeerIdentity("operator"), []
+    if role == "auditor":
+        return PeerIdentity("auditor", name=name), []
     return PeerIdentity("client", name=name), []
 
 
@@ -434,8 +448,8 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         raise UsageError("--at-ms is required for retire-key")
     if args.out:
         return _sign_offline(args, operator, key_id, public_key, at_ms)
-    if args.first or args.log:
-        raise UsageError("--first and --log are for signing offline: give --out too")
+    if args.first or args.log or args.replaces:
+        raise UsageError("--first, --log and --replaces are for signing offline: give --out too")
     if not args.coordinator:
         raise UsageError("give --coordinator (sign and submit) or --log and --out (sign offline)")
     client = OperatorClient(
@@ -462,14 +476,16 @@ def _lifetime(args: argparse.Namespace) -> int:
 
 
 def _known_head(args: argparse.Namespace) -> KnownHead:
-    """The head this operator submitted, kept next to a key file so the statement commands and the
-    checkpoint loop share it: the loop then refuses to checkpoint a log that withholds one."""
+    """Every statement this operator signed or submitted, kept next to a key file so the statement
+    commands and the checkpoint loop share it: the loop then refuses to checkpoint a log that lacks
+    one (spec 7.5). A key with no file to sit beside needs ``--head-file``: a record in memory would
+    protect nothing the next command or the loop does."""
     from countersign.client.operator import KnownHead
 
     if args.head_file:
         return KnownHead(args.head_file)
-    if args.key.startswith("awskms:"):
-        return KnownHead()  # no file to sit beside; the loop checks within its own process only
+    if ":" in args.key and not args.key.startswith("file:"):
+        raise UsageError(f"{args.key.split(':', 1)[0]}: keys need --head-file (shared with the checkpoint loop)")
     return KnownHead(Path(args.key.removeprefix("file:")).with_suffix(".head.json"))
 
 
@@ -528,8 +544,11 @@ def _sign_offline(
             "--out needs --log (the current registry-log.json, to chain the statement onto its head), "
             "or --first for the registry's first statement"
         )
+    from countersign.client.operator import check_chains_onto
+
     # The first statement chains onto the empty log, as the coordinator's empty registry does.
     log = AdmissionLog(PublicKey(operator.public_key)) if args.first else _read_log(args.log, operator)
+    known = _known_head(args)
     statement = log.next_statement(
         args.kind, args.deployer, key_id, issued_ms=time.time_ns() // 1_000_000, public_key=public_key,
         at_ms=at_ms, note=args.note,
@@ -537,6 +556,9 @@ def _sign_offline(
     signed = sign_statement(statement, operator)
     try:
         log.prepare(signed)  # refuse to write a statement the coordinator would refuse
+        # Keep the operator's statements one chain, and record this one before it leaves (spec 7.5).
+        check_chains_onto(log, known, statement.sequence, replaces=args.replaces)
+        known.record(signed, replaces=args.replaces)
     except CountersignError as exc:
         raise UsageError(f"{getattr(exc, 'code', '')}: {exc}") from None
     Path(args.out).write_bytes(signed.to_bytes())
@@ -546,14 +568,15 @@ def _sign_offline(
 
 
 def cmd_operator_submit(args: argparse.Namespace) -> int:
-    from countersign.client.operator import submit_statement
+    from countersign.client.operator import KnownHead, submit_statement
 
     try:
         signed = SignedStatement.from_bytes(Path(args.statement).read_bytes())
     except (OSError, CountersignError) as exc:
         raise UsageError(f"{args.statement} is not a signed statement: {exc}") from None
     try:
-        submit_statement(args.coordinator, client_tls(args, args.coordinator), signed)
+        tls = client_tls(args, args.coordinator)
+        submit_statement(args.coordinator, tls, signed, known_head=KnownHead(args.head_file))
     except CountersignError as exc:
         raise UsageError(f"coordinator refused: {getattr(exc, 'code', '')} {exc}") from None
     print(json.dumps({"sequence": signed.statement.sequence, "digest": signed.digest()}))

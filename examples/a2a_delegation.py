@@ -7,9 +7,9 @@ its own signer and returns its answer as an artifact carrying the receipt; the p
 artifact's exact bytes with a verifier. A tampered artifact is rejected, and a delegation addressed to
 another deployer fails the task with a typed code.
 
-    python examples/a2a_delegation.py          # starts a local mesh (mTLS on loopback) to run on
+    python examples/a2a_delegation.py   # on the mesh COUNTERSIGN_MESH names, else a private local one
 
-Needs ``pip install 'countersign[a2a]'`` (a2a-sdk with its HTTP server, and uvicorn).
+Needs ``pip install 'countersign-mesh[a2a]'`` (a2a-sdk with its HTTP server, and uvicorn).
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import uvicorn
@@ -31,8 +29,9 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Task, TaskState
+from example_mesh import MeshSettings, the_mesh
 
-from countersign.client import AsyncRuntime, Delegation, Runtime, TlsConfig, VerifierClient
+from countersign.client import Consumer, Delegation, Runtime
 from countersign.integrations.a2a import (
     SignedExecutor,
     a2a_app,
@@ -43,7 +42,6 @@ from countersign.integrations.a2a import (
     task_refusal,
     verify_artifact,
 )
-from countersign_cli.localmesh import LocalMesh
 
 
 class Summariser(AgentExecutor):
@@ -78,14 +76,14 @@ def card(url: str, deployer: str) -> AgentCard:
 
 
 @contextmanager
-def child_server(signer: str, tls: TlsConfig, deployer: str) -> Iterator[str]:
+def child_server(mesh: MeshSettings, deployer: str) -> Iterator[str]:
     """The child's A2A server on a loopback port, in a thread with its own event loop: its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/"
     # The runtime is made inside the server's event loop, on the first task.
-    executor = SignedExecutor(Summariser(), lambda: AsyncRuntime(signer, tls, deployer), instance="summariser")
+    executor = SignedExecutor(Summariser(), lambda: mesh.async_runtime(deployer), instance="summariser")
     server = uvicorn.Server(uvicorn.Config(a2a_app(executor, card(url, deployer)), port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -109,20 +107,20 @@ async def ask(url: str, text: str, delegation: Delegation) -> tuple[Task, str | 
     return task, card_deployer(agent_card)
 
 
-def main(parent: Runtime, child_signer: str, child_tls: TlsConfig, verifier: VerifierClient) -> int:
+def main(parent: Runtime, mesh: MeshSettings, consumer: Consumer) -> int:
     root = parent.root("planner", "a2a-example")
-    with child_server(child_signer, child_tls, "deployer-b") as url:
+    with child_server(mesh, "deployer-b") as url:
         task, deployer = asyncio.run(ask(url, "The bridge opened in 1883.", parent.delegate(root, "deployer-b")))
         print("card deployer:", deployer)
         print("task:", TaskState.Name(task.status.state))
         (artifact,) = task.artifacts
         print("artifact:", artifact.parts[0].text)
-        verdict = verify_artifact(artifact, verifier=verifier)
+        verdict = verify_artifact(artifact, consumer)
         emitter = verdict.emitter
         print(f"verified: {verdict.result.verdict} emitted by", emitter and emitter.deployer)
         print("lineage:", emitter and " -> ".join(emitter.lineage))
         artifact.parts[0].text = artifact.parts[0].text.replace("1883", "1884")
-        print("tampered artifact:", verify_artifact(artifact, verifier=verifier, audit=True).reason)
+        print("tampered artifact:", verify_artifact(artifact, consumer, audit=True).reason)
         refused, _ = asyncio.run(ask(url, "Again.", parent.delegate(root, "deployer-c")))
         refusal = task_refusal(refused)
         print("delegation for deployer-c:", TaskState.Name(refused.status.state), refusal and refusal.code)
@@ -130,8 +128,6 @@ def main(parent: Runtime, child_signer: str, child_tls: TlsConfig, verifier: Ver
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="countersign-example-") as workdir, LocalMesh(Path(workdir)) as mesh:
-        mesh.setup().start_all().enrol_all()
-        parent = Runtime(mesh.daemons["deployer-a"].address, mesh.tls_for("deployer-a-runtime"), "deployer-a")
-        with parent, mesh.verifier_client() as verifier:
-            sys.exit(main(parent, mesh.daemons["deployer-b"].address, mesh.tls_for("deployer-b-runtime"), verifier))
+    with the_mesh() as mesh, mesh.runtime("deployer-a") as parent, mesh.consumer() as consumer:
+        code = main(parent, mesh, consumer)
+    sys.exit(code)

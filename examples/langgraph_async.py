@@ -4,31 +4,23 @@ deployer-a's runtime delegates a task: it starts its own agent, and hands ``depl
 ``Delegation`` as a string (what would travel in an A2A message's metadata or an HTTP header). The
 graph, ``async def`` nodes on deployer-b (Researcher) and deployer-c (Writer), runs with ``ainvoke``:
 its first node accepts the handoff (a co-signed edge under deployer-a's record), the second is
-delegated to in turn. The consumer checks every output with an asyncio verifier client.
+delegated to in turn. The consumer checks every output on the event loop.
 
-    python examples/langgraph_async.py             # starts a local mesh (mTLS on loopback) to run on
+    python examples/langgraph_async.py   # on the mesh COUNTERSIGN_MESH names, else a private local one
 
-Needs ``pip install 'countersign[langgraph]'``.
+Needs ``pip install 'countersign-mesh[langgraph]'``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
-from pathlib import Path
 
+from example_mesh import MeshSettings, the_mesh
 from langgraph.graph import END, START, StateGraph
 
-from countersign.client import AsyncRuntime, AsyncVerifierClient, Runtime
-from countersign.integrations.langgraph import (
-    AsyncMeshSigning,
-    Evidence,
-    EvidenceState,
-    averify_state,
-    signed_node,
-)
-from countersign_cli.localmesh import LocalMesh
+from countersign.client import AsyncRuntime, Consumer
+from countersign.integrations.langgraph import AsyncMeshSigning, Evidence, EvidenceState, averify_state, signed_node
 
 
 class Task(EvidenceState):
@@ -46,7 +38,7 @@ async def writer(state: Task) -> dict[str, str]:
     return {"draft": f"On {state['topic']}: {state['notes']}."}
 
 
-async def main(handoff: str, runtimes: dict[str, AsyncRuntime], verifier: AsyncVerifierClient) -> int:
+async def main(handoff: str, runtimes: dict[str, AsyncRuntime], consumer: Consumer) -> int:
     signing = AsyncMeshSigning(runtimes)
     graph = StateGraph(Task)
     graph.add_node("researcher", signed_node(researcher, "deployer-b", signing))
@@ -57,29 +49,25 @@ async def main(handoff: str, runtimes: dict[str, AsyncRuntime], verifier: AsyncV
     final = await graph.compile().ainvoke({"topic": "tides", "countersign": Evidence.from_handoff(handoff)})
     evidence = final["countersign"]
     print("lineage:", " -> ".join(e.record.deployer for e in evidence.path.envelopes))
-    verdict = await averify_state(final, verifier=verifier)
-    for signed, path_verdict in verdict.outputs:
-        emitter = path_verdict.emitter
-        print(f"verified {signed.node}: {path_verdict.result.verdict} emitted by", emitter and emitter.deployer)
+    verdict = await averify_state(final, consumer)
+    for signed, each in verdict.outputs:
+        print(f"verified {signed.node}: {each.result.verdict} emitted by", each.emitter and each.emitter.deployer)
     return 0 if verdict else 1
 
 
-async def on_mesh(mesh: LocalMesh) -> int:
+async def on_mesh(mesh: MeshSettings) -> int:
     # deployer-a, in its own process in real life: start an agent and delegate to deployer-b.
-    with Runtime(mesh.daemons["deployer-a"].address, mesh.tls_for("deployer-a-runtime"), "deployer-a") as parent:
+    with mesh.runtime("deployer-a") as parent:
         handoff = str(parent.delegate(parent.root("coordinator", "tides"), "deployer-b"))
-    runtimes = {
-        d: AsyncRuntime(mesh.daemons[d].address, mesh.tls_for(f"{d}-runtime"), d) for d in ("deployer-b", "deployer-c")
-    }
-    async with AsyncVerifierClient(mesh.daemons["verifier-0"].address, mesh.tls_for("client")) as verifier:
-        code = await main(handoff, runtimes, verifier)
+    runtimes = {d: mesh.async_runtime(d) for d in ("deployer-b", "deployer-c")}
+    async with mesh.consumer() as consumer:
+        code = await main(handoff, runtimes, consumer)
     for runtime in runtimes.values():
         await runtime.close()
     return code
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="countersign-example-") as workdir, LocalMesh(Path(workdir)) as mesh:
-        mesh.setup().start_all().enrol_all()
+    with the_mesh() as mesh:
         code = asyncio.run(on_mesh(mesh))
     sys.exit(code)

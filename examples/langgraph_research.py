@@ -5,23 +5,21 @@ Planner (deployer-a) -> Researcher (deployer-b) -> Writer (deployer-c): each nod
 signers. A consumer then checks every output in the final state with a verifier, and a tampered
 output is rejected.
 
-    python examples/langgraph_research.py          # starts a local mesh (mTLS on loopback) to run on
+    python examples/langgraph_research.py   # on the mesh COUNTERSIGN_MESH names, else a private local one
 
-Needs ``pip install 'countersign[langgraph]'``.
+Needs ``pip install 'countersign-mesh[langgraph]'``.
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
 
+from example_mesh import the_mesh
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from countersign.client import Runtime, VerifierClient
+from countersign.client import Consumer, Runtime
 from countersign.integrations.langgraph import EvidenceState, MeshSigning, signed_node, verify_state
-from countersign_cli.localmesh import LocalMesh
 
 
 class Research(EvidenceState):
@@ -56,29 +54,26 @@ def build(signing: MeshSigning) -> CompiledStateGraph:  # type: ignore[type-arg]
     return graph.compile()
 
 
-def main(runtimes: dict[str, Runtime], verifier: VerifierClient) -> int:
+def main(runtimes: dict[str, Runtime], consumer: Consumer) -> int:
     graph = build(MeshSigning(runtimes, system="research"))
     final = graph.invoke({"topic": "bridges"})
     evidence = final["countersign"]
     print("lineage:", " -> ".join(e.record.deployer for e in evidence.path.envelopes))
     for signed in evidence.receipts:
         print(f"signed {signed.node}: {signed.keys} by {signed.receipt.leaf.record.deployer}")
-    verdict = verify_state(final, verifier=verifier)
-    for signed, path_verdict in verdict.outputs:
-        emitter = path_verdict.emitter
-        print(f"verified {signed.node}: {path_verdict.result.verdict} emitted by", emitter and emitter.deployer)
+    verdict = verify_state(final, consumer)
+    for signed, each in verdict.outputs:
+        print(f"verified {signed.node}: {each.result.verdict} emitted by", each.emitter and each.emitter.deployer)
     tampered = {**final, "draft": final["draft"].replace("agree", "disagree")}
-    rejected = verify_state(tampered, verifier=verifier, audit=True)
+    rejected = verify_state(tampered, consumer, audit=True)
     print("tampered draft:", [str(v.reason) for _, v in rejected.rejected])
     return 0 if verdict and not rejected else 1
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="countersign-example-") as workdir, LocalMesh(Path(workdir)) as mesh:
-        mesh.setup().start_all().enrol_all()
-        deployers = ("deployer-a", "deployer-b", "deployer-c")
-        runtimes = {d: Runtime(mesh.daemons[d].address, mesh.tls_for(f"{d}-runtime"), d) for d in deployers}
-        with mesh.verifier_client() as consumer:
+    with the_mesh() as mesh:
+        runtimes = {d: mesh.runtime(d) for d in ("deployer-a", "deployer-b", "deployer-c")}
+        with mesh.consumer() as consumer:
             code = main(runtimes, consumer)
         for runtime in runtimes.values():
             runtime.close()

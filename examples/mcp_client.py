@@ -1,13 +1,13 @@
 """An MCP client checking who emitted each tool result, and that none was dropped or changed.
 
-Starts a local mesh (mTLS on loopback), then talks to ``examples/mcp_server.py`` over stdio twice as
-deployer-b's tool server: once signing in process (``--sign``), once unchanged behind
-``countersign mcp-proxy``. Each result's evidence is verified offline against the mesh's registry,
-the session as a whole with ``check_session``, and a dropped and a tampered result are shown rejected.
+Talks to ``examples/mcp_server.py`` over stdio twice as deployer-b's tool server: once signing in
+process (``--sign``), once unchanged behind ``countersign mcp-proxy``. Each result's evidence is
+verified offline against the mesh's registry, the session as a whole with ``check_session``, and a
+dropped and a tampered result are shown rejected.
 
-    python examples/mcp_client.py
+    python examples/mcp_client.py   # on the mesh COUNTERSIGN_MESH names, else a private local one
 
-Needs ``pip install 'countersign[mcp]'``.
+Needs ``pip install 'countersign-mesh[mcp]'``.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from example_mesh import MeshSettings, the_mesh
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 
+from countersign.client import Consumer
 from countersign.integrations.mcp import EVIDENCE_KEY, check_session, verify_result
-from countersign.keys import PublicKey
-from countersign.registry import KeyEntry, Registry
-from countersign_cli.localmesh import LocalMesh
+from countersign.registry import Registry
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
@@ -42,32 +41,22 @@ async def call_tools(params: StdioServerParameters) -> list[CallToolResult]:
 
 
 def check(label: str, results: list[CallToolResult], registry: Registry) -> bool:
+    consumer = Consumer.offline(registry)  # in this process, against the registry file
     ok = True
     for result in results:
-        verdict = verify_result(result, registry=registry)
+        verdict = verify_result(result, consumer, audit=True)  # audit: the session check below consumes them
         emitter = verdict.emitter
         who = f"emitted by {emitter.deployer} seq {emitter.seq}" if emitter else f"{verdict.reason}"
         print(f"{label}: {verdict.result.verdict} {who}")
         ok = ok and bool(verdict)
-    session = check_session(results, registry=registry).result
-    print(f"{label} session: {session.verdict}")
+    session = check_session(results, consumer)
+    print(f"{label} session: {session.result.verdict}")
     return ok and bool(session)
 
 
-def main(mesh: LocalMesh) -> int:
-    tls = mesh.tls_for("deployer-b-runtime")
-    env = {
-        **os.environ,
-        "COUNTERSIGN_SIGNER": mesh.daemons["deployer-b"].address,
-        "COUNTERSIGN_DEPLOYER": "deployer-b",
-        "COUNTERSIGN_CLIENT_CA": tls.ca,
-        "COUNTERSIGN_CLIENT_CERT": tls.cert,
-        "COUNTERSIGN_CLIENT_KEY": tls.key,
-    }
-    registry = Registry(
-        {d: {k.key_id: KeyEntry(PublicKey(k.public_key), 0)} for d, k in mesh.deployer_keys.items()},
-        sequence=len(mesh.deployer_keys),
-    )
+def main(mesh: MeshSettings) -> int:
+    env = {**os.environ, **mesh.env("deployer-b")}  # the tool server's deployer
+    registry = mesh.registry()
     signed = StdioServerParameters(command=sys.executable, args=[SERVER, "--sign"], env=env)
     proxy = ["-m", "countersign_cli", "mcp-proxy", "--", sys.executable, SERVER]
     proxied = StdioServerParameters(command=sys.executable, args=proxy, env=env)
@@ -76,15 +65,14 @@ def main(mesh: LocalMesh) -> int:
     ok = check("mcp-proxy", results, registry) and ok
     evidence = json.dumps((results[0].meta or {})[EVIDENCE_KEY], separators=(",", ":")).encode()
     print(f"evidence: {len(evidence)} bytes per result (the path: the session's root record and the receipt)")
-    print("dropped result:", check_session([results[0], results[2]], registry=registry).result.reason)
+    print("dropped result:", check_session([results[0], results[2]], Consumer.offline(registry)).reason)
     first = results[0]
     forged = first.model_copy(update={"content": [first.content[0].model_copy(update={"text": "Brest: snow"})]})
-    print("tampered result:", verify_result(forged, registry=registry).reason)
+    print("tampered result:", verify_result(forged, Consumer.offline(registry)).reason)
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="countersign-example-") as workdir, LocalMesh(Path(workdir)) as mesh:
-        mesh.setup().start_all().enrol_all()
+    with the_mesh() as mesh:
         code = main(mesh)
     sys.exit(code)

@@ -6,7 +6,7 @@
                                              # the same server unchanged, signed by the proxy
 
 Both speak MCP over stdio; ``examples/mcp_client.py`` runs both against a local mesh. Needs
-``pip install 'countersign[mcp]'``.
+``pip install 'countersign-mesh[mcp]'``.
 """
 
 from __future__ import annotations

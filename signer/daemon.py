@@ -36,7 +36,6 @@ from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
-from countersign.client.errors import ServiceError
 from countersign.client.runtime_calls import RUNTIME_METHODS, runtime_answer
 from countersign.constructions import EdgeProposal, RecordFields, cosign, draft_record, seal
 from countersign.cosigning import (
@@ -75,7 +74,7 @@ from countersign.cosigning import (
     spend_grant,
     stream_spec,
 )
-from countersign.errors import ConfigError, ErrorCode, MalformedError
+from countersign.errors import ConfigError, ErrorCode, MalformedError, ServiceError
 from countersign.keys import PublicKey, Signer
 from countersign.records import CoSignature, CoSignerRole, LifecycleEvent, NodeRecord, Path, StreamChunk, parse_json
 from countersign.registry import Registry
@@ -220,6 +219,11 @@ class Call:
     request_id: str = ""
     fingerprint: str = ""
 
+    @property
+    def key(self) -> str | None:
+        """The request id a call's reads name (None: the call has none)."""
+        return self.request_id or None
+
 
 def _call(method: str, request: Any) -> Call:
     """The :class:`Call` of a runtime request (a protobuf message with a ``request_id`` field)."""
@@ -279,6 +283,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._parsed: Bounded[bytes, Path] = Bounded(PARSED_PATH_CACHE)
         self._own_parents: Bounded[bytes, tuple[Path, str]] = Bounded(PARSED_PATH_CACHE)
         self._lane_slots = LaneSlots(config.lanes_per_peer, metrics.lanes)
+        # Parent signer address -> asked last until (monotonic); bounded, as the addresses come from calls.
+        self._parent_down: Bounded[str, float] = Bounded(PARSED_PATH_CACHE)
         self._commits: GroupApply[StateWrite, bool] | None = (
             GroupApply(self._apply, max_batch=config.commit_batch) if state.batches else None
         )
@@ -310,8 +316,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         """Answer ``call``: its first answer if its request id was answered before; else read, decide
         and write, again from a fresh read when the write's state moved meanwhile, at most
         ``decide_attempts`` times (then STATE_CONFLICT, retryable: nothing was issued)."""
-        if call.request_id:
-            reads = replace(reads, request=call.request_id)
+        assert reads.request == (call.request_id or None), "a call reads its own request id"
         for _ in range(self._config.decide_attempts):
             view = self._state.read(reads)
             earlier = earlier_answer(view.request, call.fingerprint) if call.request_id else None
@@ -413,7 +418,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             path, data = self._sealed(fields, None)
             return Decided(_issue_answer(data, path.leaf.digest()), root_write(path, data), fields.expires_ms)
 
-        return self._issued("IssueRoot", self._signing(call, StateReads(), decide))
+        return self._issued("IssueRoot", self._signing(call, StateReads(request=call.key), decide))
 
     @servicer_edge
     def IssueLocalChild(
@@ -434,7 +439,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             write = local_child_write(parent, digest, child, data)
             return Decided(_issue_answer(data, child.leaf.digest()), write, fields.expires_ms)
 
-        return self._issued("IssueLocalChild", self._signing(call, StateReads(children_of=digest), decide))
+        reads = StateReads(children_of=digest, request=call.key)
+        return self._issued("IssueLocalChild", self._signing(call, reads, decide))
 
     def _issue_receipt(
         self, call: Call, parent: Path, parent_digest: str, fields: RecordFields,
@@ -463,7 +469,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             write = receipt_write(view.session, parent, parent_digest, receipt, data)
             return Decided(answer_of(receipt, data), write, fields.expires_ms)
 
-        return self._signing(call, StateReads(session=(parent_digest, output.session)), decide)
+        return self._signing(call, StateReads(session=(parent_digest, output.session), request=call.key), decide)
 
     @staticmethod
     def _receipt_answer(path: Path, data: bytes) -> bytes:
@@ -621,7 +627,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             )  # fmt: skip
             return Decided(answer.SerializeToString(), grant_write(grant), grant.expires_ms)
 
-        answer = signer_pb2.OpenGrantResponse.FromString(self._signing(call, StateReads(), decide))
+        answer = signer_pb2.OpenGrantResponse.FromString(self._signing(call, StateReads(request=call.key), decide))
         self._metrics.requests.labels("OpenGrant", "OK").inc()
         log.info("grant opened", extra={"grant_id": answer.grant_id, "child_deployer": child, "parent": digest})
         return answer
@@ -670,7 +676,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
                 _issue_answer(data, digest), seal_write(request.grant_id, path, data), envelope.record.expires_ms
             )
 
-        answer = self._issued("AcceptDelegation", self._signing(call, StateReads(proposal=request.grant_id), decide))
+        reads = StateReads(proposal=request.grant_id, request=call.key)
+        answer = self._issued("AcceptDelegation", self._signing(call, reads, decide))
         log.info(
             "delegation accepted", extra={"parent_deployer": parent_record.deployer, "record": answer.record_digest}
         )
@@ -689,7 +696,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         success returns the same record. One grant, one edge, whatever the runtime asks again.
         """
         parent_digest = parent.leaf.digest()
-        reads = StateReads(proposal=request.grant_id, request=call.request_id or None)
+        reads = StateReads(proposal=request.grant_id, request=call.key)
         for _ in range(self._config.decide_attempts):
             view = self._state.read(reads)
             earlier = earlier_answer(view.request, call.fingerprint) if call.request_id else None
@@ -739,14 +746,22 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             child_cosignature=json.dumps(child_cosig.to_json()),
         )
         failure: ServiceError | None = None
-        for address in parent_signers:
+        now = time.monotonic()
+        # Replicas that just failed to answer are asked last for a while (about ten co-signing
+        # timeouts): a partitioned parent replica costs one timeout per child replica, not one per edge.
+        ordered = sorted(parent_signers, key=lambda address: (self._parent_down.get(address) or 0.0) > now)
+        for address in ordered:
             try:
                 response = self._ask_one(address, parent_deployer, call)
             except ServiceError as error:
                 failure = error
                 if error.retryable:
+                    self._parent_down.put(address, time.monotonic() + 10 * self._config.cosign_timeout_ms / 1000)
                     continue  # this replica cannot be reached (or timed out): ask the next
+                if error.code is ErrorCode.WRONG_SERVER:
+                    continue  # not the parent's signer at all (its certificate names another): ask the next
                 break
+            self._parent_down.put(address, 0.0)
             return _allowed(parent_cosignature(proposal, response.parent_cosignature, parent_key))
         assert failure is not None  # parse_addresses gives at least one address
         refusal = parent_failure(parent_deployer, failure.code, str(failure), retryable=failure.retryable)

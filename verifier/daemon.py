@@ -23,9 +23,8 @@ from countersign._daemon.registry_follower import RegistryFollower, now_ms
 from countersign._daemon.server import usable_cpus
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
-from countersign.client.errors import ServiceError
 from countersign.client.tls import TlsConfig
-from countersign.errors import ConfigError, CountersignError, MalformedError, StateUnavailable
+from countersign.errors import ConfigError, CountersignError, MalformedError, ServiceError, StateUnavailable
 from countersign.policy import MAX_POLICY_BYTES, POLICY_NAME_PATTERN, ConsumerPolicy, PolicyError, parse_policy
 from countersign.prefix_cache import DEFAULT_MAX_ENTRIES as DEFAULT_PREFIX_CACHE_ENTRIES
 from countersign.prefix_cache import MAX_ENTRIES_LIMIT as MAX_PREFIX_CACHE_ENTRIES
@@ -108,18 +107,22 @@ class VerifierConfig:
     signature_threads: int = 2
     # Verified prefixes remembered (ADR 0028): a path under a prefix verified before, under the same
     # registry, checks only its new records' signatures. 0 turns the cache off. Each entry holds one
-    # prefix's digests and walk state (about 2 KB for a depth-5 path).
+    # prefix's digests and walk state (about 1.1 KB), and half as many parsed envelopes are kept
+    # (about 4.5 KB each): about 14 MB at the default (countersign/prefix_cache.py).
     prefix_cache_entries: int = DEFAULT_PREFIX_CACHE_ENTRIES
     max_workers: int = 0  # 0: two per usable CPU (verification is CPU-bound under the GIL)
     limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
     # Named consumer policies a request may choose (VerifyPathRequest.policy): name -> a policy
     # file's path, or the policy document itself as inline JSON (a value starting with "{").
     policies: dict[str, str] = dataclasses.field(default_factory=dict)
-    # The verdict log (ADR 0015): every verdict answered, kept verdict_retention_ms and at most
-    # verdict_log_max_rows verdicts (the oldest go first), collected with the expired nonces.
+    # The verdict log (ADR 0015): every verdict answered, kept verdict_retention_ms, and at most
+    # verdict_log_max_rows verdicts and verdict_log_max_bytes bytes (as the log counts them), collected
+    # with the expired nonces. Over either bound the oldest verdicts of the client identity holding the
+    # most go first, so one consumer cannot push another's verdicts out (issue 29).
     verdict_log: bool = True
     verdict_retention_ms: int = 30 * 86_400_000
     verdict_log_max_rows: int = 1_000_000
+    verdict_log_max_bytes: int = 4 << 30
     # The most receipts one VerifySession request may carry (ADR 0022). In accept mode the store may
     # bound it further: DynamoDB consumes a session in one transaction of at most 100 items.
     max_session_receipts: int = DEFAULT_MAX_SESSION_RECEIPTS
@@ -146,6 +149,8 @@ class VerifierConfig:
             raise ConfigError(f"verdict_retention_ms must be between 1 and {MAX_VERDICT_RETENTION_MS}")
         if self.verdict_log_max_rows < 1:
             raise ConfigError("verdict_log_max_rows must be positive")
+        if self.verdict_log_max_bytes < 1 << 20:
+            raise ConfigError("verdict_log_max_bytes must be at least 1 MiB (1048576)")
         if not 1 <= self.max_session_receipts <= MAX_SESSION_RECEIPTS:
             raise ConfigError(f"max_session_receipts must be between 1 and {MAX_SESSION_RECEIPTS}")
 
@@ -344,7 +349,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         started = time.perf_counter()
         mode = _MODES.get(request.mode)
         if mode is None:
-            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}")
         request_id = self._request_id(request.request_id, context)
         consumer_policy = self._consumer_policy(request.policy)
         output = self._output(request)
@@ -386,19 +391,15 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         """The output as presented: its bytes, or exactly one SHA-256 instead of them."""
         if request.output_sha256:
             if request.output:
-                raise ServiceError(
-                    "INVALID_ARGUMENT", "send output or output_sha256, not both", grpc.StatusCode.INVALID_ARGUMENT
-                )
+                raise ServiceError("INVALID_ARGUMENT", "send output or output_sha256, not both")
             if len(request.output_sha256) != OUTPUT_SHA256_BYTES:
                 raise ServiceError(
                     "INVALID_ARGUMENT", f"output_sha256 must be {OUTPUT_SHA256_BYTES} bytes",
-                    grpc.StatusCode.INVALID_ARGUMENT,
                 )  # fmt: skip
             return OutputDigest(request.output_sha256)
         if len(request.output) > MAX_OUTPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"output exceeds {MAX_OUTPUT_BYTES >> 20} MiB: send its SHA-256 as output_sha256",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         return request.output
 
@@ -409,7 +410,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         if sum(given) > 1:
             raise ServiceError(
                 "INVALID_ARGUMENT", "an output is absent, its data or its sha256: one of them",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         if presented.absent:
             return None
@@ -417,7 +417,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             if len(presented.sha256) != OUTPUT_SHA256_BYTES:
                 raise ServiceError(
                     "INVALID_ARGUMENT", f"an output's sha256 must be {OUTPUT_SHA256_BYTES} bytes",
-                    grpc.StatusCode.INVALID_ARGUMENT,
                 )  # fmt: skip
             return OutputDigest(presented.sha256)
         return presented.data
@@ -436,21 +435,19 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         started = time.perf_counter()
         mode = _MODES.get(request.mode)
         if mode is None:
-            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", f"unknown mode {request.mode}")
         request_id = self._request_id(request.request_id, context)
         consumer_policy = self._consumer_policy(request.policy)
         if sum(len(o.data) for o in request.outputs) > MAX_OUTPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"outputs exceed {MAX_OUTPUT_BYTES >> 20} MiB in all: send their SHA-256 instead",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         if len(request.outputs) > MAX_SESSION_RECEIPTS:
-            raise ServiceError("INVALID_ARGUMENT", "too many outputs", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", "too many outputs")
         outputs = [self._session_output(o) for o in request.outputs] or None
         if len(request.session) > SESSION_INPUT_BYTES:
             raise ServiceError(
                 "INVALID_ARGUMENT", f"session evidence exceeds {SESSION_INPUT_BYTES >> 20} MiB",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         session: SessionEvidence | None = None
         summary: SessionSummary | None = None
@@ -475,7 +472,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                         "INVALID_ARGUMENT",
                         f"{len(session.receipts)} receipts: this verifier takes at most {limit} per {mode.value}"
                         " request (max_session_receipts; ADR 0022)",
-                        grpc.StatusCode.INVALID_ARGUMENT,
                     )
                 if outputs is not None and len(outputs) != len(session.receipts):
                     result = VerificationResult.reject(
@@ -507,7 +503,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
             return None
         policy = self._consumer_policies.get(name)
         if policy is None:
-            raise ServiceError("INVALID_ARGUMENT", f"unknown policy {name[:64]!r}", grpc.StatusCode.INVALID_ARGUMENT)
+            raise ServiceError("INVALID_ARGUMENT", f"unknown policy {name[:64]!r}")
         return policy
 
     @staticmethod
@@ -519,7 +515,6 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
         if len(key) > MAX_REQUEST_ID or not key.isascii() or not key.isprintable():
             raise ServiceError(
                 "INVALID_ARGUMENT", f"request_id must be 1 to {MAX_REQUEST_ID} printable ASCII characters",
-                grpc.StatusCode.INVALID_ARGUMENT,
             )  # fmt: skip
         identity = peer_identity(context)
         return f"{identity.uri if identity is not None else 'plaintext'}|{key}"
@@ -576,14 +571,17 @@ class VerifierDaemon:
         self._collector.start()
 
     def _collect(self) -> None:
-        """Forget expired nonces, child-set entries and verdicts, and verdicts beyond the row bound, in
-        bounded batches, so the store stays bounded."""
-        max_rows = self.config.verdict_log_max_rows
+        """Forget expired nonces, child-set entries and verdicts, and verdicts beyond the row and byte
+        bounds, in bounded batches, so the store stays bounded."""
+        max_rows, max_bytes = self.config.verdict_log_max_rows, self.config.verdict_log_max_bytes
         while not self._stop.wait(self.config.collect_interval_ms / 1000):
             try:
                 while self.state.collect_expired(now_ms(), limit=10_000) == 10_000 and not self._stop.is_set():
                     pass
-                while self.state.trim_verdict_log(max_rows, limit=10_000) == 10_000 and not self._stop.is_set():
+                while (
+                    self.state.trim_verdict_log(max_rows, limit=10_000, max_bytes=max_bytes) == 10_000
+                    and not self._stop.is_set()
+                ):
                     pass
             except Exception as exc:  # the collector must survive a store outage; the next round retries
                 log.warning("collecting expired entries failed", extra={"error": str(exc)})

@@ -20,8 +20,7 @@ from countersign._daemon.group_commit import GroupCommit
 from countersign._daemon.registry_follower import now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import verifier_pb2
-from countersign.client.errors import ServiceError
-from countersign.errors import CountersignError, MalformedError, StateUnavailable
+from countersign.errors import CountersignError, MalformedError, ServiceError, StateUnavailable
 from countersign.impact import ImpactReport, collect_impact, distrusted_by, impact_query, key_changes, path_dependencies
 from countersign.reasons import VerificationResult
 from countersign.records import Path
@@ -31,7 +30,10 @@ from countersign.state import DependencyKind, VerdictEntry, VerifierStore
 log = logging.getLogger("countersign.verifier")
 
 IMPACT_LOOKUP_LIMIT = 10_000  # verdicts per Impact answer: keeps it well under the message size limit
-IMPACT_ROLES = frozenset({"operator", "client"})
+# Who asks Impact about what (issue 29): the whole log, and marking it, is an auditor's or the
+# operator's; a consumer (a client certificate) sees its own verdicts only and marks nothing.
+WHOLE_LOG_ROLES = frozenset({"operator", "auditor"})
+OWN_VERDICTS_ROLES = frozenset({"client"})
 _QUERY_FIELDS = {
     "key_id": DependencyKind.KEY,
     "record_digest": DependencyKind.RECORD,
@@ -48,12 +50,23 @@ class VerdictLogMetrics:
             registry=registry,
         )
         rows = prometheus_client.Gauge("countersign_verdict_log_rows", "Verdicts held in the log", registry=registry)
+        size = prometheus_client.Gauge(
+            "countersign_verdict_log_bytes", "Bytes the verdict log counts against verdict_log_max_bytes",
+            registry=registry,
+        )  # fmt: skip
         self._store = store
         rows.set_function(self._rows)
+        size.set_function(self._bytes)
 
     def _rows(self) -> float:
         try:
             return float(self._store.verdict_count())
+        except CountersignError:
+            return float("nan")
+
+    def _bytes(self) -> float:
+        try:
+            return float(sum(usage.bytes for usage in self._store.verdict_usage().values()))
         except CountersignError:
             return float("nan")
 
@@ -203,22 +216,27 @@ def answer_impact(
     *,
     require_identity: bool,
 ) -> verifier_pb2.ImpactResponse:
-    """The ``Impact`` RPC: operator and client certificates only (plaintext on loopback has none)."""
+    """The ``Impact`` RPC. An operator or auditor certificate queries and marks the whole log; a client
+    certificate queries the verdicts it was answered itself (the graph, and so the records reported,
+    built from those alone) and may not mark; any other is refused (``NOT_AUTHORISED``). Plaintext on
+    loopback has no identity and is treated as the whole log's reader (a development mesh)."""
     identity = peer_identity(context)
-    if require_identity and (identity is None or identity.role not in IMPACT_ROLES):
-        raise ServiceError(
-            "NOT_AUTHORISED", "Impact is for operator and client certificates", grpc.StatusCode.PERMISSION_DENIED
-        )
+    whole_log = not require_identity and identity is None
+    if identity is not None and identity.role in WHOLE_LOG_ROLES:
+        whole_log = True
+    elif not whole_log and (identity is None or identity.role not in OWN_VERDICTS_ROLES):
+        raise ServiceError("NOT_AUTHORISED", "Impact is for auditor, operator and client certificates")
+    if request.mark and not whole_log:
+        raise ServiceError("NOT_AUTHORISED", "marking the verdict log is for auditor and operator certificates")
     field = request.WhichOneof("query")
     if field is None:
-        raise ServiceError(
-            "INVALID_ARGUMENT", "give key_id, record_digest or deployer", grpc.StatusCode.INVALID_ARGUMENT
-        )
+        raise ServiceError("INVALID_ARGUMENT", "give key_id, record_digest or deployer")
     try:
         query = impact_query(_QUERY_FIELDS[field], getattr(request, field), request.since_ms)
     except MalformedError as exc:
-        raise ServiceError("INVALID_ARGUMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT) from None
-    report = collect_impact(store, query, limit=IMPACT_LOOKUP_LIMIT)
+        raise ServiceError("INVALID_ARGUMENT", str(exc)) from None
+    own = None if whole_log or identity is None else identity.uri
+    report = collect_impact(store, query, limit=IMPACT_LOOKUP_LIMIT, client=own)
     newly = 0
     if request.mark:
         who = "plaintext" if identity is None else identity.uri

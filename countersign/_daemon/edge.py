@@ -1,7 +1,9 @@
 """Typed errors across gRPC: a status code plus ``google.rpc.ErrorInfo`` naming the reason.
 
-Domain exceptions become statuses only here, at the servicer edge; clients turn them back into
-:class:`ServiceError` with :func:`from_rpc_error`. An unexpected exception is a bug: it is logged with
+An error is a code and a message (:class:`countersign.errors.ServiceError`); the gRPC status it ends a
+call with is chosen here, at the servicer edge, and only here, from one table (:data:`STATUS_OF_CODE`,
+the "status" column of docs/api.md "Errors"). Clients turn the status back into a ServiceError with
+:func:`countersign.client.errors.from_rpc_error`. An unexpected exception is a bug: it is logged with
 its traceback and answered with INTERNAL, never dressed up as a verdict.
 """
 
@@ -17,21 +19,24 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from countersign.client.errors import DOMAIN, ServiceError
+from countersign.client.errors import DOMAIN, bounded_text
 from countersign.cosigning import Refusal
-from countersign.errors import CountersignError, ErrorCode, MalformedError, SignerError, StateUnavailable
+from countersign.errors import CountersignError, ErrorCode, MalformedError, ServiceError, SignerError, StateUnavailable
 
 log = logging.getLogger("countersign.service")
 
-_REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, False)
-# The gRPC status (and whether to retry) of each code a signer refuses with (docs/api.md "Errors").
-# A refusal whose code is missing here is a bug: KeyError, answered INTERNAL by the edge below.
-STATUS_OF_CODE: Final[Mapping[ErrorCode, tuple[grpc.StatusCode, bool]]] = {
-    ErrorCode.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, False),
-    ErrorCode.NOT_AUTHORISED: (grpc.StatusCode.PERMISSION_DENIED, False),
-    ErrorCode.REGISTRY_STALE: (grpc.StatusCode.UNAVAILABLE, True),
-    ErrorCode.PARENT_UNREACHABLE: (grpc.StatusCode.UNAVAILABLE, True),
-    ErrorCode.CANCELLED: (grpc.StatusCode.CANCELLED, False),
+_REFUSED = grpc.StatusCode.FAILED_PRECONDITION
+# The one table: the gRPC status of every code (docs/api.md "Errors"; tests/core/test_error_codes.py
+# checks the two agree and that every code has one).
+STATUS_OF_CODE: Final[Mapping[ErrorCode, grpc.StatusCode]] = {
+    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_AUTHORISED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.STATE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.LANES_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.REGISTRY_STALE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.SIGNER_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.PARENT_UNKNOWN: _REFUSED,
     ErrorCode.POLICY_REFUSED: _REFUSED,
     ErrorCode.DEPTH_LIMIT: _REFUSED,
@@ -43,28 +48,51 @@ STATUS_OF_CODE: Final[Mapping[ErrorCode, tuple[grpc.StatusCode, bool]]] = {
     ErrorCode.GRANT_EXPIRED: _REFUSED,
     ErrorCode.BAD_COSIGNATURE: _REFUSED,
     ErrorCode.PARENT_REFUSED: _REFUSED,
+    ErrorCode.PARENT_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.SESSION_CLOSED: _REFUSED,
-    ErrorCode.STATE_CONFLICT: (grpc.StatusCode.ABORTED, True),
-    ErrorCode.RESOURCE_EXHAUSTED: (grpc.StatusCode.RESOURCE_EXHAUSTED, False),  # a stream's own bounds
+    ErrorCode.STATE_CONFLICT: grpc.StatusCode.ABORTED,  # replicas raced past decide_attempts: retry
+    ErrorCode.BAD_STATEMENT_SIGNATURE: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.SEQUENCE_CONFLICT: _REFUSED,
+    ErrorCode.CHAIN_MISMATCH: _REFUSED,
+    ErrorCode.INVALID_STATEMENT: grpc.StatusCode.INVALID_ARGUMENT,  # malformed, or cannot apply (spec 7.3)
+    ErrorCode.ROLLBACK: _REFUSED,  # found by clients, never sent
+    ErrorCode.NOT_SERVED: _REFUSED,  # found by the operator's client, never sent
+    ErrorCode.WRONG_SERVER: grpc.StatusCode.UNAVAILABLE,  # found by clients in the TLS handshake, never sent
+    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
 
 
 def refusal_error(refusal: Refusal, details: Mapping[str, str] | None = None) -> ServiceError:
-    """The typed error that ends a call with ``refusal``, its status from :data:`STATUS_OF_CODE`."""
-    status, retryable = STATUS_OF_CODE[refusal.code]
-    return ServiceError(refusal.code, refusal.message, status, retryable=retryable, details=details)
+    """The typed error that ends a call with a signer's ``refusal`` (retryable as its code is)."""
+    return ServiceError(refusal.code, refusal.message, details=details)
 
 
 class Aborted(Exception):
     """The call was ended with a typed status; nothing above converts it again."""
 
 
+# Trailers are bounded (gRPC's default header list is 16 KiB, and a client refuses more with
+# RESOURCE_EXHAUSTED, losing the typed error): whatever a message or detail echoes of a request is cut
+# to this. The message travels twice (status line and rich status).
+MAX_STATUS_MESSAGE_CHARS = 1_024
+MAX_DETAIL_VALUE_CHARS = 256
+
+
 def abort(context: grpc.ServicerContext, error: ServiceError) -> NoReturn:
-    metadata = {**error.details, "retryable": "true" if error.retryable else "false"}
+    metadata = {
+        bounded_text(k, MAX_DETAIL_VALUE_CHARS): bounded_text(v, MAX_DETAIL_VALUE_CHARS)
+        for k, v in error.details.items()
+    }
+    metadata["retryable"] = "true" if error.retryable else "false"
     info = error_details_pb2.ErrorInfo(reason=error.code, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=error.status.value[0], message=str(error), details=[detail])
+    message = bounded_text(str(error), MAX_STATUS_MESSAGE_CHARS)
+    status = status_pb2.Status(code=STATUS_OF_CODE[error.code].value[0], message=message, details=[detail])
     try:
         context.abort_with_status(rpc_status.to_status(status))
     except Exception:  # gRPC marks the call aborted, then raises a bare Exception to unwind the handler
@@ -77,13 +105,11 @@ def to_service_error(exc: Exception) -> ServiceError | None:
     if isinstance(exc, ServiceError):
         return exc
     if isinstance(exc, StateUnavailable):
-        return ServiceError("STATE_UNAVAILABLE", str(exc), grpc.StatusCode.UNAVAILABLE, retryable=True)
+        return ServiceError("STATE_UNAVAILABLE", str(exc), retryable=True)
     if isinstance(exc, SignerError):
-        retryable = bool(getattr(exc, "retryable", False))
-        status = grpc.StatusCode.UNAVAILABLE if retryable else grpc.StatusCode.FAILED_PRECONDITION
-        return ServiceError("SIGNER_UNAVAILABLE", str(exc), status, retryable=retryable)
+        return ServiceError("SIGNER_UNAVAILABLE", str(exc), retryable=bool(getattr(exc, "retryable", False)))
     if isinstance(exc, MalformedError):
-        return ServiceError("INVALID_ARGUMENT", str(exc), grpc.StatusCode.INVALID_ARGUMENT)
+        return ServiceError("INVALID_ARGUMENT", str(exc))
     return None
 
 
@@ -128,5 +154,5 @@ def _end_with_status(exc: Exception, context: grpc.ServicerContext, method: str)
     error = to_service_error(exc)
     if error is None:
         log.exception("internal error in %s", method)
-        error = ServiceError("INTERNAL", "internal error", grpc.StatusCode.INTERNAL)
+        error = ServiceError("INTERNAL", "internal error")
     abort(context, error)

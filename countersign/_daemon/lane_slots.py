@@ -9,7 +9,7 @@ from typing import TypeVar
 import grpc
 import prometheus_client
 
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -63,16 +63,14 @@ class LaneSlots:
         slot = f"{kind}:{key}"
         with self._lock:
             if self._stopping:  # a lane opened now would hold the server for its whole grace period
-                raise ServiceError("UNAVAILABLE", "shutting down", grpc.StatusCode.UNAVAILABLE, retryable=True)
+                raise ServiceError("UNAVAILABLE", "shutting down", retryable=True)
             if self._open.get(slot, 0) >= self._per_key:
                 raise ServiceError(
-                    "LANES_EXHAUSTED", f"{key} already has {self._per_key} {kind} lanes open",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
+                    "LANES_EXHAUSTED", f"{key} already has {self._per_key} {kind} lanes open", retryable=True,
                 )  # fmt: skip
             if self._total is not None and len(self._busy) >= self._total:
                 raise ServiceError(
-                    "LANES_EXHAUSTED", f"this server already has {self._total} lanes open",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True,
+                    "LANES_EXHAUSTED", f"this server already has {self._total} lanes open", retryable=True,
                 )  # fmt: skip
             self._open[slot] = self._open.get(slot, 0) + 1
             self._busy[context] = False

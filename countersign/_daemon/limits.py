@@ -29,8 +29,7 @@ import prometheus_client
 
 from countersign._daemon.edge import abort
 from countersign._daemon.tls import peer_identity
-from countersign.client.errors import ServiceError
-from countersign.errors import ConfigError, ErrorCode
+from countersign.errors import ConfigError, ErrorCode, ServiceError
 
 MAX_TRACKED_PEERS = 10_000  # buckets kept; the least recently seen is forgotten beyond this
 
@@ -228,4 +227,4 @@ def _peer_of(context: grpc.ServicerContext) -> str:
 
 
 def _exhausted(message: str) -> ServiceError:
-    return ServiceError(ErrorCode.RESOURCE_EXHAUSTED, message, grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True)
+    return ServiceError(ErrorCode.RESOURCE_EXHAUSTED, message, retryable=True)

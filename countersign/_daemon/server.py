@@ -23,9 +23,8 @@ from countersign._daemon.limits import LimitsConfig, PeerLimits
 from countersign._daemon.logs import setup_logging, stop_logging
 from countersign._daemon.memory import MemoryTrimmer
 from countersign._daemon.tls import server_credentials
-from countersign.client.errors import ServiceError
 from countersign.client.tls import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, TlsConfig
-from countersign.errors import ConfigError
+from countersign.errors import ConfigError, ServiceError
 
 log = logging.getLogger("countersign.service")
 SMALL_MESSAGE_BYTES = 64 << 10  # health and reflection requests, and methods that take only names
@@ -126,13 +125,11 @@ def _tolerant(
     def parse(data: bytes) -> Any:
         if len(data) > limit:
             error = f"{method} takes requests of at most {limit} bytes"
-            return _Refused(ServiceError("RESOURCE_EXHAUSTED", error, grpc.StatusCode.RESOURCE_EXHAUSTED))
+            return _Refused(ServiceError("RESOURCE_EXHAUSTED", error))
         release = _nothing if budget is None else budget.take(len(data))
         if release is None:
             error = "too many large requests at once; retry"
-            return _Refused(
-                ServiceError("RESOURCE_EXHAUSTED", error, grpc.StatusCode.RESOURCE_EXHAUSTED, retryable=True)
-            )
+            return _Refused(ServiceError("RESOURCE_EXHAUSTED", error, retryable=True))
         try:
             message = deserializer(data)
         except Exception as exc:  # protobuf's DecodeError, also for bad UTF-8 in a string field
@@ -145,7 +142,7 @@ def _tolerant(
 
 def _refuse_undecodable(context: grpc.ServicerContext, what: str, request: _Undecodable) -> NoReturn:
     error = f"{what} is not a valid message: {request.error}"
-    abort(context, ServiceError("INVALID_ARGUMENT", error, grpc.StatusCode.INVALID_ARGUMENT))
+    abort(context, ServiceError("INVALID_ARGUMENT", error))
 
 
 def _unwrapped(request: Any, context: grpc.ServicerContext, what: str) -> tuple[Any, Callable[[], None]]:

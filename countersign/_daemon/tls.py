@@ -2,7 +2,9 @@
 
 Every certificate carries a SPIFFE-style URI naming who holds it
 (``spiffe://countersign.local/deployer/<id>/signer``, ``…/deployer/<id>/runtime``, ``…/coordinator``,
-``…/verifier/<name>``, ``…/client/<name>``, ``…/operator``). Servers also carry a DNS name that
+``…/verifier/<name>``, ``…/client/<name>``, ``…/auditor/<name>``, ``…/operator``). An auditor reads
+and marks a verifier's whole verdict log (``Impact``); a client (a consumer) sees only its own
+verdicts there. Servers also carry a DNS name that
 clients pin with ``ssl_target_name_override``: a child's signer dialling the parent's signer checks
 that the certificate is *that deployer's* signer, whatever address it was told.
 """
@@ -30,7 +32,7 @@ from countersign.errors import ConfigError
 class PeerIdentity:
     """Who is on the other end of an mTLS connection, from its certificate's URI SAN."""
 
-    role: str  # signer | runtime | coordinator | verifier | client | operator
+    role: str  # signer | runtime | coordinator | verifier | client | auditor | operator
     deployer: str | None = None
     name: str | None = None
 
@@ -50,7 +52,7 @@ class PeerIdentity:
         parts = uri[len(prefix) :].split("/")
         if len(parts) == 3 and parts[0] == "deployer" and parts[2] in ("signer", "runtime"):
             return cls(parts[2], deployer=parts[1])
-        if len(parts) == 2 and parts[0] in ("verifier", "client"):
+        if len(parts) == 2 and parts[0] in ("verifier", "client", "auditor"):
             return cls(parts[0], name=parts[1])
         if len(parts) == 1 and parts[0] in ("coordinator", "operator"):
             return cls(parts[0])

@@ -67,16 +67,14 @@ class _Lane:
             answer = self._answers.get(timeout=max(timeout_s, 0.0))
         except queue.Empty:
             self.cancel()
-            raise ServiceError(
-                "DEADLINE_EXCEEDED", "no answer within the deadline", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
-            ) from None
+            raise ServiceError("DEADLINE_EXCEEDED", "no answer within the deadline", retryable=True) from None
         if isinstance(answer, grpc.RpcError):
             error = from_rpc_error(answer)
             if error.code != "CANCELLED":
                 raise error
             answer = _ENDED  # not by us: the server ended the lane (it is shutting down)
         if answer is _ENDED:
-            raise ServiceError("UNAVAILABLE", "the server closed the lane", grpc.StatusCode.UNAVAILABLE, retryable=True)
+            raise ServiceError("UNAVAILABLE", "the server closed the lane", retryable=True)
         return answer
 
     def close(self) -> None:
@@ -165,8 +163,7 @@ class Lanes(Generic[Request, Answer]):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._changed.wait(remaining):
                     raise ServiceError(
-                        "DEADLINE_EXCEEDED", f"all {self._size} lanes stayed busy",
-                        grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True,
+                        "DEADLINE_EXCEEDED", f"all {self._size} lanes stayed busy", retryable=True,
                     )  # fmt: skip
         try:
             return _Lane(self._open_stream)

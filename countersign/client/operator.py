@@ -5,12 +5,14 @@ elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -35,9 +37,12 @@ from countersign.checkpoint import (
     sign_checkpoint,
 )
 from countersign.client.errors import ServiceError, from_rpc_error
+from countersign.client.failover import addresses_of
 from countersign.client.lanes import unary
 from countersign.client.tls import TlsConfig, coordinator_dns, open_aio_channel, open_channel
+from countersign.errors import CountersignError
 from countersign.keys import PublicKey, Signer
+from countersign.records import DIGEST_PATTERN
 
 log = logging.getLogger("countersign.operator")
 DEFAULT_CHECKPOINT_LIFETIME_MS = 60_000
@@ -49,59 +54,171 @@ def now_ms() -> int:
 
 
 class KnownHead:
-    """The newest log head the operator knows it submitted: a checkpoint is never signed for a served
-    log that does not reach it (else a coordinator withholding a statement would get fresh
-    checkpoints for the log without it). In memory, or in a small JSON file shared by the operator's
-    commands and its checkpoint loop."""
+    """Every statement this operator signed or submitted, by its position in the log: what the
+    operator's side keeps (spec 7.5). A checkpoint is signed only for a served log that holds each of
+    them at its position, so a coordinator that withholds one (say a revocation signed offline and
+    submitted from another machine) gets no checkpoint of the log without it and every follower goes
+    stale within the checkpoint lifetime. A statement is recorded before it leaves the command that
+    signs or submits it, and a second statement at a position already recorded is refused unless it
+    names the one it replaces, so the operator's statements stay one chain.
+
+    In memory, or in a small JSON file shared by the operator's commands and its checkpoint loop,
+    read afresh on every use (``{"sequence", "head"}``: the newest; ``"statements"``: every
+    ``[position, digest]``; a file of an earlier release holds only the newest). Writers hold an
+    exclusive lock on ``<file>.lock``. Unusable files raise ServiceError ``INVALID_ARGUMENT``."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self._path = Path(path) if path else None
         self._lock = threading.Lock()
-        self._head: tuple[int, str] | None = None
+        self._held: dict[int, str] = {}
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def statements(self) -> dict[int, str]:
+        """Position -> digest of every statement recorded."""
+        with self._lock:
+            return dict(self._load())
 
     def get(self) -> tuple[int, str] | None:
-        """``(sequence, digest)``: the log must hold ``sequence`` statements, the last with ``digest``."""
-        with self._lock:
-            if self._path is not None and self._path.exists():
-                try:
-                    body = json.loads(self._path.read_text())
-                    self._head = (int(body["sequence"]), str(body["head"]))
-                except (OSError, ValueError, KeyError, TypeError) as exc:
-                    message = f"operator head file {self._path} is unusable: {exc}"
-                    raise ServiceError("INVALID_ARGUMENT", message) from None
-            return self._head
+        """``(sequence, digest)`` of the newest: the log must hold ``sequence`` statements, the last
+        with ``digest`` (and every other recorded one: :meth:`missing_from`)."""
+        held = self.statements()
+        if not held:
+            return None
+        newest = max(held)
+        return newest + 1, held[newest]
 
-    def record(self, sequence: int, digest: str) -> None:
-        """Remember that the coordinator accepted a statement making the log ``sequence`` long."""
-        current = self.get()
+    def _load(self) -> dict[int, str]:
+        if self._path is None or not self._path.exists():
+            return self._held
+        try:
+            body = json.loads(self._path.read_text())
+            if "statements" in body:
+                held = {int(position): str(digest) for position, digest in body["statements"]}
+            else:  # an earlier release's file: the newest head only
+                held = {int(body["sequence"]) - 1: str(body["head"])}
+            if any(position < 0 or not DIGEST_PATTERN.fullmatch(d) for position, d in held.items()):
+                raise ValueError("a position is negative or a digest malformed")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            message = f"operator head file {self._path} is unusable: {exc}"
+            raise ServiceError("INVALID_ARGUMENT", message) from None
+        self._held = held
+        return held
+
+    def _store(self, held: dict[int, str]) -> None:
+        self._held = held
+        if self._path is None:
+            return
+        newest = max(held) if held else -1
+        body = {
+            "sequence": newest + 1,
+            "head": held.get(newest),
+            "statements": [[position, held[position]] for position in sorted(held)],
+        }
+        temporary = self._path.with_name(self._path.name + ".tmp")
+        try:
+            temporary.write_text(json.dumps(body) + "\n")
+            os.replace(temporary, self._path)
+        except OSError as exc:
+            message = f"cannot record the signed statement in {self._path}: {exc}"
+            raise ServiceError("INVALID_ARGUMENT", message) from None
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """This process's lock, and across processes an flock on ``<file>.lock``."""
         with self._lock:
-            if current is not None and current[0] >= sequence:
+            if self._path is None:
+                yield
                 return
-            self._head = (sequence, digest)
-            if self._path is not None:
-                temporary = self._path.with_name(self._path.name + ".tmp")
-                try:
-                    temporary.write_text(json.dumps({"sequence": sequence, "head": digest}) + "\n")
-                    os.replace(temporary, self._path)
-                except OSError as exc:
-                    message = f"cannot record the submitted head in {self._path}: {exc}"
-                    raise ServiceError("INVALID_ARGUMENT", message) from None
+            try:
+                handle = open(self._path.with_name(self._path.name + ".lock"), "a")  # noqa: SIM115
+            except OSError as exc:
+                message = f"cannot lock the operator head file {self._path}: {exc}"
+                raise ServiceError("INVALID_ARGUMENT", message) from None
+            with handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                yield
+
+    def record(self, signed: SignedStatement, *, replaces: str | None = None) -> None:
+        """Remember ``signed`` (before it leaves the caller). Raises ServiceError ``SEQUENCE_CONFLICT``
+        when a different statement is recorded at its position (unless it is ``replaces``, which is
+        then forgotten, wherever it was), ``CHAIN_MISMATCH`` when the statement recorded just below
+        it is not the one it chains onto."""
+        position, digest = signed.statement.sequence, signed.digest()
+        with self._exclusive():
+            held = dict(self._load())
+            if replaces is not None:
+                held = {p: d for p, d in held.items() if d != replaces}
+            there = held.get(position)
+            if there == digest:
+                return
+            if there is not None:
+                raise ServiceError(
+                    "SEQUENCE_CONFLICT",
+                    f"this operator already signed statement {position} ({there}): a second statement there"
+                    " would leave one of them unserved for good; submit that one, or name it as the one"
+                    " this replaces",
+                )
+            below = held.get(position - 1)
+            if below is not None and signed.statement.prev != below:
+                raise ServiceError(
+                    "CHAIN_MISMATCH",
+                    f"statement {position} does not chain onto statement {position - 1} ({below}) that this"
+                    " operator signed",
+                )
+            held[position] = digest
+            self._store(held)
+
+    def missing_from(
+        self, copy: AdmissionLog, *, below: int | None = None, ignoring: str | None = None
+    ) -> list[tuple[int, str]]:
+        """The recorded statements ``copy`` does not hold at their positions (only those below
+        position ``below``, if given; ``ignoring`` one digest), in order."""
+        return [
+            (position, digest)
+            for position, digest in sorted(self.statements().items())
+            if digest != ignoring
+            and (below is None or position < below)
+            and (position >= copy.head_sequence or copy.entries[position].digest() != digest)
+        ]
 
 
 def not_served(message: str) -> ServiceError:
-    return ServiceError("NOT_SERVED", message, grpc.StatusCode.FAILED_PRECONDITION)
+    return ServiceError("NOT_SERVED", message)
 
 
-def check_reaches(copy: AdmissionLog, known: KnownHead | None) -> None:
-    """Raise NOT_SERVED unless the served (verified) log reaches the head the operator submitted."""
-    head = None if known is None else known.get()
-    if head is None:
-        return
-    sequence, digest = head
-    if copy.head_sequence < sequence or copy.entries[sequence - 1].digest() != digest:
+def check_reaches(copy: AdmissionLog, known: KnownHead | None, *, ignoring: str | None = None) -> None:
+    """Raise NOT_SERVED unless the served (verified) log holds every statement the operator signed."""
+    missing = [] if known is None else known.missing_from(copy, ignoring=ignoring)
+    if missing:
+        position, digest = missing[0]
+        held = "does not hold it" if position >= copy.head_sequence else "holds another statement there"
         raise not_served(
-            f"the coordinator serves {copy.head_sequence} statements but the operator submitted statement"
-            f" {sequence - 1} ({digest}): it is withholding or has lost it; no checkpoint signed"
+            f"the coordinator serves {copy.head_sequence} statements but the operator signed statement {position}"
+            f" ({digest}) and the served log {held}: it is withholding or has lost it, or it was never"
+            " submitted; no checkpoint signed"
+        )
+
+
+def check_chains_onto(copy: AdmissionLog, known: KnownHead, position: int, *, replaces: str | None = None) -> None:
+    """Raise unless a statement signed at ``position`` onto ``copy`` keeps every statement the operator
+    signed: ``copy`` holds each recorded one below ``position`` (else NOT_SERVED) and nothing but
+    ``replaces`` is recorded at ``position`` (else SEQUENCE_CONFLICT)."""
+    missing = known.missing_from(copy, below=position)
+    if missing:
+        at, digest = missing[0]
+        raise not_served(
+            f"the log this statement would chain onto lacks statement {at} ({digest}) that this operator"
+            " signed: submit it and chain onto a log that holds it"
+        )
+    there = known.statements().get(position)
+    if there is not None and there != replaces:
+        raise ServiceError(
+            "SEQUENCE_CONFLICT",
+            f"this operator already signed statement {position} ({there}): submit it, or name it as the one"
+            " this statement replaces",
         )
 
 
@@ -148,12 +265,17 @@ def coordinator_log(address: str, tls: TlsConfig) -> list[bytes]:
         channel.close()
 
 
-def submit_statement(address: str, tls: TlsConfig, signed: SignedStatement) -> None:
+def submit_statement(address: str, tls: TlsConfig, signed: SignedStatement, *, known_head: KnownHead) -> None:
     """Submit a statement the operator signed elsewhere and confirm it is served back. Raises
     ServiceError if refused (NOT_SERVED if accepted but not served back).
 
-    It carries no checkpoint (the key is elsewhere): followers stay fresh on the previous checkpoint,
-    which the new log extends, until the operator's checkpoint loop names the new head."""
+    ``signed`` is recorded in ``known_head`` before it is sent (refused there, with nothing sent, if
+    it conflicts with a statement recorded at its position): the checkpoint loop sharing that record
+    then vouches for no served log without it, so a coordinator that answers OK, or an error, and
+    withholds it leaves every follower stale within the checkpoint lifetime. It carries no checkpoint
+    (the key is elsewhere): followers stay fresh on the previous checkpoint, which the new log
+    extends, until the operator's checkpoint loop names the new head."""
+    known_head.record(signed)
     channel = open_channel(address, tls, coordinator_dns())
     try:
         stub = coordinator_pb2_grpc.CoordinatorStub(channel)
@@ -272,8 +394,11 @@ class OperatorClient:
         note: str | None = None,
         endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
-        """Sign the statement that would extend the served log now (not yet submitted)."""
-        statement = self.log().next_statement(
+        """Sign the statement that would extend the served log now (not yet submitted; recorded in
+        :attr:`known_head` as signed, so no checkpoint is signed for a log without it)."""
+        copy = self.log()
+        check_reaches(copy, self.known_head)
+        statement = copy.next_statement(
             kind,
             deployer,
             key_id,
@@ -283,7 +408,9 @@ class OperatorClient:
             note=note,
             endorsement=endorsement,
         )
-        return sign_statement(statement, self._operator)
+        signed = sign_statement(statement, self._operator)
+        self.known_head.record(signed)
+        return signed
 
     def submit(
         self,
@@ -299,22 +426,24 @@ class OperatorClient:
         """Sign the next statement and the checkpoint of the log it makes, submit both, and confirm
         the coordinator serves both back. Raises ServiceError if the coordinator refuses, NOT_SERVED
         if it accepted but does not serve them back (a withholding coordinator)."""
+        previous: str | None = None  # this call's own earlier attempt, refused: replaced by the next
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
             copy = self.log()
-            check_reaches(copy, self.known_head)
+            check_reaches(copy, self.known_head, ignoring=previous)
             statement = copy.next_statement(
                 kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
                 endorsement=endorsement,
             )  # fmt: skip
-            signed, after, checkpoint = _sign_submission(copy, statement, self._operator, self.checkpoint_lifetime_ms)
+            signed, _, checkpoint = _sign_submission(copy, statement, self._operator, self.checkpoint_lifetime_ms)
             request = coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes())
             try:
+                self.known_head.record(signed, replaces=previous)  # before it leaves: see KnownHead
+                previous = signed.digest()
                 self._submit(request, 10)
                 break
             except ServiceError as exc:
                 if exc.code != "SEQUENCE_CONFLICT" or attempt == SUBMIT_ATTEMPTS:
                     raise
-        self.known_head.record(after.head_sequence, after.head_digest or "")
         back, served = self._served()
         confirm_served(back, served, signed, checkpoint)
         return signed
@@ -397,11 +526,15 @@ class AsyncOperatorClient:
         endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """See :meth:`OperatorClient.prepare`."""
-        statement = (await self.log()).next_statement(
+        copy = await self.log()
+        check_reaches(copy, self.known_head)
+        statement = copy.next_statement(
             kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
             endorsement=endorsement,
         )  # fmt: skip
-        return sign_statement(statement, self._operator)
+        signed = sign_statement(statement, self._operator)
+        self.known_head.record(signed)
+        return signed
 
     async def submit(
         self,
@@ -415,23 +548,28 @@ class AsyncOperatorClient:
         endorsement: SignedEndorsement | None = None,
     ) -> SignedStatement:
         """See :meth:`OperatorClient.submit`."""
+        previous: str | None = None  # this call's own earlier attempt, refused: replaced by the next
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
             copy = await self.log()
-            check_reaches(copy, self.known_head)
+            check_reaches(copy, self.known_head, ignoring=previous)
             statement = copy.next_statement(
                 kind, deployer, key_id, issued_ms=now_ms(), public_key=public_key, at_ms=at_ms, note=note,
                 endorsement=endorsement,
             )  # fmt: skip
-            signed, after, checkpoint = _sign_submission(copy, statement, self._operator, self.checkpoint_lifetime_ms)
+            signed, _, checkpoint = _sign_submission(copy, statement, self._operator, self.checkpoint_lifetime_ms)
             request = coordinator_pb2.SubmitRequest(statement=signed.to_bytes(), checkpoint=checkpoint.to_bytes())
             try:
+                self.known_head.record(signed, replaces=previous)  # before it leaves: see KnownHead
+                previous = signed.digest()
                 await self._stub.Submit(request, timeout=10)
                 break
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
                 if error.code != "SEQUENCE_CONFLICT" or attempt == SUBMIT_ATTEMPTS:
                     raise error from None
-        self.known_head.record(after.head_sequence, after.head_digest or "")
+            except ServiceError as exc:
+                if exc.code != "SEQUENCE_CONFLICT" or attempt == SUBMIT_ATTEMPTS:
+                    raise
         back, served = await self._served()
         confirm_served(back, served, signed, checkpoint)
         return signed
@@ -452,7 +590,8 @@ class CheckpointLoop:
     """Sign and submit a checkpoint every ``every_ms`` (a third of the lifetime is a good choice: two
     failed rounds still leave followers fresh). Runs in a daemon thread; an error is logged and
     reported to ``on_error`` and the next round tries again. ``address`` is read each round, so a
-    coordinator that restarts on another port is followed."""
+    coordinator that restarts on another port is followed; it may name several coordinator replicas
+    (separated by commas): each round submits at the first that takes the checkpoint."""
 
     def __init__(
         self,
@@ -476,14 +615,24 @@ class CheckpointLoop:
         self._thread: threading.Thread | None = None
 
     def once(self) -> SignedCheckpoint:
-        client = OperatorClient(
-            self._address(), self._tls, self._operator,
-            checkpoint_lifetime_ms=self.checkpoint_lifetime_ms, known_head=self.known_head,
-        )  # fmt: skip
-        try:
-            return client.checkpoint()
-        finally:
-            client.close()
+        """One checkpoint, at the first coordinator (of the replicas ``address`` names, separated by
+        commas) that takes it and serves it back; raises the last one's error when none did."""
+        failure: CountersignError | None = None
+        for address in addresses_of(self._address()):
+            client = OperatorClient(
+                address, self._tls, self._operator,
+                checkpoint_lifetime_ms=self.checkpoint_lifetime_ms, known_head=self.known_head,
+            )  # fmt: skip
+            try:
+                return client.checkpoint()
+            except CountersignError as exc:  # unreachable, refusing or withholding: the next replica may not be
+                failure = exc
+                log.warning("checkpoint not submitted at this coordinator", extra={"coordinator": address,
+                            "error": str(exc), "code": getattr(exc, "code", "")})  # fmt: skip
+            finally:
+                client.close()
+        assert failure is not None  # addresses_of names at least one
+        raise failure
 
     def run(self) -> None:
         """Loop until :meth:`stop` (in the calling thread)."""

@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from countersign.client.errors import ServiceError
 from countersign.client.failover import RETRYABLE_CODES, RetryPolicy
 from countersign.client.results import Grant
 from countersign.client.signer import SignerClient
 from countersign.client.verifier import VerifierClient, new_request_id
+from countersign.errors import ServiceError
 from countersign.policy import ConsumerPolicy
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import Path

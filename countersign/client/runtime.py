@@ -1,4 +1,4 @@
-"""The runtime SDK: the few calls an agent runtime (producer) and a consumer need (docs/quickstart-runtime.md).
+"""The runtime SDK: the few calls an agent runtime (a producer) needs (docs/quickstart-runtime.md).
 
 Producer side, :class:`Runtime` and its asyncio twin :class:`AsyncRuntime`, over the deployer's own
 signer: start an agent (a root record), sign an output (``receipt(parent, output)`` hashes the exact
@@ -10,19 +10,13 @@ for the signer's close receipt (:meth:`Runtime.close_session`, a :class:`ClosedS
 streamed output is signed one receipt per ``n`` tokens or bytes as it is emitted
 (:meth:`Runtime.stream`, :class:`countersign.client.signer.ChunkReceipt` per chunk).
 
-Consumer side, :func:`verify_path` (and :func:`averify_path`): one path and the exact output bytes,
-checked by a verifier service or offline against a registry with the core's own verification; the
-verdict, a :class:`PathVerdict`, names who emitted the output (:class:`OutputEmitter`). For a
-session, :func:`verify_session` (and :func:`averify_session`): the receipt paths in session order and
-the outputs, checked as a whole (order, gaps, duplicates, splices, truncation: docs/spec.md section
-17; online through ``VerifySession``); its :class:`SessionVerdict` names the emitter of the last
-output and the session (id, receipts, closed).
+A consumer checks what a runtime signed with :class:`countersign.client.Consumer` (ADR 0034).
 
 Every refusal is a :class:`countersign.client.ServiceError` with a code from the closed
 :class:`countersign.errors.ErrorCode`; a rejected path is a verdict, not an error.
 
-Configuration from the environment (:meth:`Runtime.from_env`, and :func:`verify_path` when it is
-given neither a verifier nor a registry), named so that no daemon setting reads them:
+Configuration from the environment (:meth:`Runtime.from_env`; a consumer's,
+:meth:`countersign.client.Consumer.from_env`), named so that no daemon setting reads them:
 
 =============================  ===================================================================
 ``COUNTERSIGN_SIGNER``         host:port of this deployer's signer (producer)
@@ -40,33 +34,19 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path as FilePath
 from types import TracebackType
 
-from countersign.client.handoff import Delegation, HandoffError
-from countersign.client.results import SessionVerifierVerdict, VerifierVerdict
 from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
-from countersign.client.tls import TlsConfig
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
-from countersign.errors import ConfigError, ErrorCode, MalformedError
-from countersign.policy import ConsumerPolicy
-from countersign.reasons import Reason, VerificationResult
-from countersign.records import Path, parse_json
-from countersign.registry import Registry
-from countersign.sessions import SessionEvidence, SessionSummary
-from countersign.sessions import verify_session as core_verify_session
-from countersign.state import InMemoryState, VerifierState
-from countersign.verify import DEFAULT_POLICY, Mode, OutputDigest, VerifierPolicy, malformed_result
-from countersign.verify import verify_path as core_verify_path
+from countersign.client.tls import TlsConfig, tls_from_env
+from countersign.errors import ConfigError, ErrorCode
+from countersign.handoff import Delegation, HandoffError
+from countersign.records import Path
 
 ENV_SIGNER = "COUNTERSIGN_SIGNER"
 ENV_DEPLOYER = "COUNTERSIGN_DEPLOYER"
 ENV_PUBLIC_SIGNER = "COUNTERSIGN_PUBLIC_SIGNER"
-ENV_VERIFIER = "COUNTERSIGN_VERIFIER"
-ENV_REGISTRY = "COUNTERSIGN_REGISTRY"
-ENV_CLIENT_TLS = "COUNTERSIGN_CLIENT_"
 
 
 def _now_ms() -> int:
@@ -75,18 +55,6 @@ def _now_ms() -> int:
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
-
-
-def tls_from_env(environ: Mapping[str, str] | None = None) -> TlsConfig:
-    """This client's mTLS material from ``COUNTERSIGN_CLIENT_{CA,CERT,KEY}`` (file paths). Raises
-    ConfigError naming what is missing or unreadable."""
-    env = _environ(environ)
-    if env.get(ENV_CLIENT_TLS + "INSECURE_LOOPBACK", "") in ("1", "true"):
-        return TlsConfig(insecure_loopback=True)
-    ca, cert, key = (env.get(ENV_CLIENT_TLS + part, "") for part in ("CA", "CERT", "KEY"))
-    tls = TlsConfig(ca=ca, cert=cert, key=key)
-    tls.validate(f"{ENV_CLIENT_TLS}{{CA,CERT,KEY}}")
-    return tls
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -370,376 +338,3 @@ class AsyncRuntime:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
-
-
-# --- consumer side ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OutputEmitter:
-    """Who emitted a verified output, read from the accepted path's leaf receipt."""
-
-    deployer: str  # the deployer whose signer signed the receipt
-    key_id: str  # the key it signed with
-    agent: str  # the agent instance the receipt speaks for
-    system: str  # the agent system (delegation tree) it belongs to
-    session: str
-    seq: int  # the receipt's place in its session, from 0
-    output_sha256: str  # sha256:<hex> of the output bytes
-    lineage: tuple[str, ...]  # the deployer of each record, root to leaf
-
-    @classmethod
-    def of(cls, path: Path) -> OutputEmitter:
-        """Read from ``path``'s leaf; only meaningful once the path has been accepted."""
-        leaf = path.leaf.record
-        if leaf.output is None:
-            raise ValueError("the path's leaf is not an output receipt")
-        return cls(
-            deployer=leaf.deployer,
-            key_id=leaf.key_id,
-            agent=leaf.agent.instance,
-            system=leaf.agent.system,
-            session=leaf.output.session,
-            seq=leaf.output.seq,
-            output_sha256=leaf.output.sha256,
-            lineage=tuple(envelope.record.deployer for envelope in path.envelopes),
-        )
-
-
-@dataclass(frozen=True)
-class PathVerdict:
-    """The answer to one presented path and output. Truthy exactly when accepted; then ``emitter``
-    names who emitted the output (None on a reject: a rejected path proves nobody emitted it).
-
-    ``registry_sequence``: the registry position the verdict was reached at (the verifier's, or the
-    registry file's offline)."""
-
-    result: VerificationResult
-    emitter: OutputEmitter | None
-    registry_sequence: int
-
-    def __bool__(self) -> bool:
-        return bool(self.result)
-
-    @property
-    def reason(self) -> Reason | None:
-        """Why the path was rejected; None on accept."""
-        return self.result.reason
-
-    def raise_for_reject(self) -> None:
-        """Raise :class:`countersign.errors.PathRejected` unless the path was accepted."""
-        self.result.raise_for_reject()
-
-
-def _verdict(result: VerificationResult, path: Path | bytes, registry_sequence: int) -> PathVerdict:
-    if not result:
-        return PathVerdict(result, None, registry_sequence)
-    parsed = path if isinstance(path, Path) else Path.from_bytes(path)
-    return PathVerdict(result, OutputEmitter.of(parsed), registry_sequence)
-
-
-def load_registry(location: str) -> Registry:
-    """The registry file at ``location`` (the format of ``countersign verify --registry``). Raises
-    ConfigError when it cannot be read or is not a registry."""
-    try:
-        return Registry.from_json(parse_json(FilePath(location).read_bytes()))
-    except OSError as exc:
-        raise ConfigError(f"cannot read the registry {location}: {exc.strerror}") from None
-    except MalformedError as exc:
-        raise ConfigError(f"{location} is not a registry: {exc}") from None
-
-
-def verify_offline(
-    path: Path | bytes,
-    output: bytes | OutputDigest,
-    registry: Registry,
-    *,
-    audit: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    policy: VerifierPolicy = DEFAULT_POLICY,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
-    """The core's verification of ``path`` for ``output`` against ``registry``, in this process.
-
-    ``state`` keeps consumed nonces and child sets between calls; without one, each call starts from an
-    empty state, so a replay across calls is not detected (pass a durable state, or use a verifier).
-    ``consumer_policy``: step C (docs/spec.md 16.3); a path it refuses consumes nothing."""
-    if not isinstance(path, Path):
-        try:
-            path = Path.from_bytes(path)
-        except MalformedError as exc:
-            return PathVerdict(malformed_result(exc), None, registry.sequence)
-    result = core_verify_path(
-        path,
-        output,
-        registry=registry,
-        state=InMemoryState() if state is None else state,
-        mode=Mode.AUDIT if audit else Mode.ACCEPT,
-        now_ms=_now_ms() if now_ms is None else now_ms,
-        policy=policy,
-        consumer_policy=consumer_policy,
-    )
-    return _verdict(result, path, registry.sequence)
-
-
-def _where(
-    verifier: object, registry: Registry | str | None, environ: Mapping[str, str] | None
-) -> tuple[object, Registry | None]:
-    """The verifier (client or address) or the registry a consumer check goes to, from the arguments,
-    else from the environment. Raises ConfigError when there is neither, or both."""
-    if verifier is not None and registry is not None:
-        raise ConfigError("verify_path takes a verifier or a registry, not both")
-    if verifier is None and registry is None:
-        env = _environ(environ)
-        verifier, registry = env.get(ENV_VERIFIER) or None, env.get(ENV_REGISTRY) or None
-        if verifier is None and registry is None:
-            raise ConfigError(
-                f"verify_path needs a verifier or a registry: pass verifier= or registry=, "
-                f"or set {ENV_VERIFIER} or {ENV_REGISTRY}"
-            )
-        if verifier is not None and registry is not None:
-            raise ConfigError(f"set {ENV_VERIFIER} or {ENV_REGISTRY}, not both")
-    return verifier, load_registry(registry) if isinstance(registry, str) else registry
-
-
-def verify_path(
-    path: Path | bytes,
-    output: bytes | OutputDigest,
-    *,
-    verifier: VerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
-    """Check ``path`` (a Path, or its bytes as received) for the exact ``output`` bytes (or their
-    :class:`~countersign.verify.OutputDigest`). Online, only the output's SHA-256 is sent, hashed in
-    this process whatever the output's size (ADR 0027).
-
-    Online with ``verifier`` (a :class:`VerifierClient`, or a host:port reached with ``tls``, default
-    :func:`tls_from_env`); offline with ``registry`` (a :class:`countersign.registry.Registry` or a
-    registry file; see :func:`verify_offline` for ``state``); with neither, from
-    ``COUNTERSIGN_VERIFIER`` or ``COUNTERSIGN_REGISTRY``. Accept mode by default: a verifier consumes
-    the leaf nonce, so the same path shown again is ``NONCE_REPLAYED``; ``audit=True`` consumes nothing.
-    ``consumer_policy``: your own policy (:func:`countersign.policy.parse_policy`), the same verdict
-    online and offline: a path it refuses is ``CONSUMER_POLICY_VIOLATION`` and consumes nothing (spec
-    16.4).
-
-    A rejected path is a verdict, not an error. Raises ServiceError when the verifier refuses the
-    request or cannot be reached, ConfigError when there is nowhere to verify."""
-    where, offline = _where(verifier, registry, environ)
-    if offline is not None:
-        return verify_offline(
-            path, output, offline, audit=audit, state=state, now_ms=now_ms, consumer_policy=consumer_policy
-        )
-    if isinstance(where, VerifierClient):
-        return _from_service(where.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
-    if not isinstance(where, str):
-        raise TypeError(f"verifier must be a VerifierClient or host:port, not {type(where).__name__}")
-    with VerifierClient(where, tls_from_env(environ) if tls is None else tls, lanes=0) as client:
-        return _from_service(client.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
-
-
-async def averify_path(
-    path: Path | bytes,
-    output: bytes | OutputDigest,
-    *,
-    verifier: AsyncVerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
-    """:func:`verify_path` for an event loop: online through an :class:`AsyncVerifierClient` (or a
-    host:port); offline the same in-process check (about a millisecond of CPU)."""
-    where, offline = _where(verifier, registry, environ)
-    if offline is not None:
-        return verify_offline(
-            path, output, offline, audit=audit, state=state, now_ms=now_ms, consumer_policy=consumer_policy
-        )
-    if isinstance(where, AsyncVerifierClient):
-        return _from_service(await where.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
-    if not isinstance(where, str):
-        raise TypeError(f"verifier must be an AsyncVerifierClient or host:port, not {type(where).__name__}")
-    async with AsyncVerifierClient(where, tls_from_env(environ) if tls is None else tls) as client:
-        return _from_service(await client.verify(path, output, audit=audit, consumer_policy=consumer_policy), path)
-
-
-def _from_service(answer: VerifierVerdict, path: Path | bytes) -> PathVerdict:
-    return _verdict(answer.result, path, answer.registry_sequence)
-
-
-# --- consumer side: sessions -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SessionVerdict:
-    """The answer to one presented session. Truthy exactly when accepted; then ``emitter`` names who
-    emitted the session's last output (its ``seq`` is the last position) and ``session`` what the
-    session is (id, receipts, closed). On a reject ``result.index`` is the first offending receipt."""
-
-    result: VerificationResult
-    emitter: OutputEmitter | None
-    session: SessionSummary | None
-    registry_sequence: int
-
-    def __bool__(self) -> bool:
-        return bool(self.result)
-
-    @property
-    def reason(self) -> Reason | None:
-        """Why the session was rejected; None on accept."""
-        return self.result.reason
-
-    def raise_for_reject(self) -> None:
-        """Raise :class:`countersign.errors.PathRejected` unless the session was accepted."""
-        self.result.raise_for_reject()
-
-
-SessionInput = SessionEvidence | bytes | Sequence[Path]
-
-
-def session_evidence(session: SessionInput) -> SessionEvidence | bytes:
-    """``session`` as evidence: SessionEvidence and its bytes pass through; a sequence of receipt
-    paths (what :meth:`Runtime.receipt` returns, in session order, all under one agent path) becomes
-    the agent path and the receipts. Raises ValueError for an empty sequence."""
-    if isinstance(session, SessionEvidence | bytes):
-        return session
-    paths = list(session)
-    if not paths:
-        raise ValueError("a session has at least one receipt")
-    return SessionEvidence(Path(paths[0].envelopes[:-1]), tuple(path.leaf for path in paths))
-
-
-def _session_verdict(
-    result: VerificationResult, evidence: SessionEvidence | bytes, summary: SessionSummary | None, sequence: int
-) -> SessionVerdict:
-    if not result:
-        return SessionVerdict(result, None, None, sequence)
-    parsed = evidence if isinstance(evidence, SessionEvidence) else SessionEvidence.from_bytes(evidence)
-    last = Path((*parsed.agent.envelopes, parsed.receipts[-1]))
-    return SessionVerdict(result, OutputEmitter.of(last), summary or SessionSummary.of(parsed), sequence)
-
-
-def verify_session_offline(
-    session: SessionInput,
-    outputs: Sequence[bytes | OutputDigest | None] | None,
-    registry: Registry,
-    *,
-    audit: bool = False,
-    require_closed: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    policy: VerifierPolicy = DEFAULT_POLICY,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> SessionVerdict:
-    """The core's session verification (:func:`countersign.sessions.verify_session`) in this process;
-    ``state`` as for :func:`verify_offline`."""
-    evidence = session_evidence(session)
-    if not isinstance(evidence, SessionEvidence):
-        try:
-            evidence = SessionEvidence.from_bytes(evidence)
-        except MalformedError as exc:
-            return SessionVerdict(malformed_result(exc), None, None, registry.sequence)
-    if outputs is not None and len(outputs) != len(evidence.receipts):
-        raise ValueError(f"{len(outputs)} outputs for {len(evidence.receipts)} receipts")
-    result = core_verify_session(
-        evidence, outputs, registry=registry, state=InMemoryState() if state is None else state,
-        mode=Mode.AUDIT if audit else Mode.ACCEPT, now_ms=_now_ms() if now_ms is None else now_ms,
-        require_closed=require_closed, policy=policy, consumer_policy=consumer_policy,
-    )  # fmt: skip
-    return _session_verdict(result, evidence, None, registry.sequence)
-
-
-def verify_session(
-    session: SessionInput,
-    outputs: Sequence[bytes | OutputDigest | None] | None = None,
-    *,
-    verifier: VerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    require_closed: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> SessionVerdict:
-    """Check one agent's session: ``session`` is the receipt paths in session order (as
-    :meth:`Runtime.receipt` returned them), or :class:`countersign.sessions.SessionEvidence` (or its
-    bytes); ``outputs[i]`` the exact bytes of output *i* (None: not checked).
-
-    Where, as :func:`verify_path`: ``verifier`` (a client or host:port, ``tls`` default
-    :func:`tls_from_env`), or ``registry`` offline, or ``COUNTERSIGN_VERIFIER`` /
-    ``COUNTERSIGN_REGISTRY``. Accept mode by default: every receipt's nonce is consumed, all or
-    nothing; ``audit=True`` consumes nothing. ``require_closed``: the session must end with its close
-    receipt. ``consumer_policy``: your own, applied to each receipt's path as for :func:`verify_path`
-    (spec 16.3, 16.4). A rejected session is a verdict; raises ServiceError when the verifier refuses
-    or cannot be reached, ConfigError when there is nowhere to verify, ValueError when ``outputs``
-    does not have one entry per receipt (offline)."""
-    where, offline = _where(verifier, registry, environ)
-    if offline is not None:
-        return verify_session_offline(
-            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms,
-            consumer_policy=consumer_policy,
-        )  # fmt: skip
-    evidence = session_evidence(session)
-    if isinstance(where, VerifierClient):
-        answer = where.verify_session(
-            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
-        )
-        return _from_session_service(answer, evidence)
-    if not isinstance(where, str):
-        raise TypeError(f"verifier must be a VerifierClient or host:port, not {type(where).__name__}")
-    with VerifierClient(where, tls_from_env(environ) if tls is None else tls, lanes=0) as client:
-        answer = client.verify_session(
-            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
-        )
-    return _from_session_service(answer, evidence)
-
-
-async def averify_session(
-    session: SessionInput,
-    outputs: Sequence[bytes | OutputDigest | None] | None = None,
-    *,
-    verifier: AsyncVerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    require_closed: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> SessionVerdict:
-    """:func:`verify_session` for an event loop (online through an :class:`AsyncVerifierClient`)."""
-    where, offline = _where(verifier, registry, environ)
-    if offline is not None:
-        return verify_session_offline(
-            session, outputs, offline, audit=audit, require_closed=require_closed, state=state, now_ms=now_ms,
-            consumer_policy=consumer_policy,
-        )  # fmt: skip
-    evidence = session_evidence(session)
-    if isinstance(where, AsyncVerifierClient):
-        answer = await where.verify_session(
-            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
-        )
-        return _from_session_service(answer, evidence)
-    if not isinstance(where, str):
-        raise TypeError(f"verifier must be an AsyncVerifierClient or host:port, not {type(where).__name__}")
-    async with AsyncVerifierClient(where, tls_from_env(environ) if tls is None else tls) as client:
-        answer = await client.verify_session(
-            evidence, outputs, audit=audit, require_closed=require_closed, consumer_policy=consumer_policy
-        )
-    return _from_session_service(answer, evidence)
-
-
-def _from_session_service(answer: SessionVerifierVerdict, evidence: SessionEvidence | bytes) -> SessionVerdict:
-    return _session_verdict(answer.result, evidence, answer.session, answer.registry_sequence)

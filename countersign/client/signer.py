@@ -10,9 +10,7 @@ replica from its first unanswered chunk, the chunks already signed answered agai
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +20,8 @@ from typing import Any, TypeVar
 import grpc
 
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
-from countersign.client.errors import ServiceError, from_rpc_error
-from countersign.client.failover import RETRYABLE_CODES, RetryPolicy, addresses_of
+from countersign.client.errors import from_rpc_error
+from countersign.client.failover import ReplicaOrder, RetryPolicy, aask_replicas, addresses_of, ask_replicas
 from countersign.client.lanes import Lanes, aio_unary, unary
 from countersign.client.results import Grant
 from countersign.client.runtime_calls import RUNTIME_CALLS, RUNTIME_METHODS, runtime_answer
@@ -223,41 +221,7 @@ class _Replica:
         self.channel.close()
 
 
-def _retryable(error: ServiceError) -> bool:
-    return error.retryable or error.code in RETRYABLE_CODES
-
-
 R = TypeVar("R")
-
-
-class _Failover:
-    """Which replica to ask next: the one that answered last, then the others in turn (wrapping)."""
-
-    def __init__(self, count: int, policy: RetryPolicy) -> None:
-        self._count = count
-        self._policy = policy
-        self._preferred = 0
-        self._lock = threading.Lock()
-
-    def plan(self, timeout_s: float, *, whole: bool = False) -> Iterator[tuple[int, float, float]]:
-        """(replica, attempt timeout, pause before it) for each attempt within ``timeout_s`` and the
-        policy's attempts: a replica not yet asked in this call is asked at once, a second round after
-        a backoff. Each attempt gets at most the policy's ``attempt_timeout_s`` (so a replica that hangs
-        costs that, not the call), unless ``whole`` (a stream: it gets what is left)."""
-        with self._lock:
-            start = self._preferred
-        deadline = time.monotonic() + timeout_s
-        for attempt in range(max(self._policy.attempts, 1)):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            pause = self._policy.backoff(attempt) if attempt >= self._count else 0.0
-            attempt_s = remaining if whole else min(remaining, self._policy.attempt_timeout_s)
-            yield (start + attempt) % self._count, attempt_s, pause
-
-    def answered(self, index: int) -> None:
-        with self._lock:
-            self._preferred = index
 
 
 @dataclass
@@ -283,7 +247,7 @@ class SignerClient:
 
     def __post_init__(self) -> None:
         self._replicas = [_Replica(a, self.tls, self.deployer, self.lanes, self.lane_idle_s) for a in self.addresses]
-        self._failover = _Failover(len(self._replicas), self.retry)
+        self._order = ReplicaOrder(len(self._replicas), self.retry)
 
     @property
     def addresses(self) -> list[str]:
@@ -291,22 +255,7 @@ class SignerClient:
         return addresses_of(self.address)
 
     def _with_failover(self, ask: Callable[[_Replica, float], R], timeout_s: float, *, whole: bool = False) -> R:
-        last: ServiceError | None = None
-        for index, attempt_s, pause in self._failover.plan(timeout_s, whole=whole):
-            if pause:
-                time.sleep(pause)
-            try:
-                answer = ask(self._replicas[index], attempt_s)
-            except ServiceError as error:
-                if not _retryable(error):
-                    raise
-                last = error
-                continue
-            self._failover.answered(index)
-            return answer
-        raise last or ServiceError(
-            "DEADLINE_EXCEEDED", "no signer replica answered in time", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
-        )
+        return ask_replicas(self._order, self._replicas, ask, timeout_s, service="signer", whole=whole)
 
     def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
         if not request.request_id:
@@ -423,27 +372,12 @@ class AsyncSignerClient:
 
     def __post_init__(self) -> None:
         self._replicas = [_AsyncReplica(a, self.tls, self.deployer) for a in addresses_of(self.address)]
-        self._failover = _Failover(len(self._replicas), self.retry)
+        self._order = ReplicaOrder(len(self._replicas), self.retry)
 
     async def _with_failover(
         self, ask: Callable[[_AsyncReplica, float], Awaitable[R]], timeout_s: float, *, whole: bool = False
     ) -> R:
-        last: ServiceError | None = None
-        for index, attempt_s, pause in self._failover.plan(timeout_s, whole=whole):
-            if pause:
-                await asyncio.sleep(pause)
-            try:
-                answer = await ask(self._replicas[index], attempt_s)
-            except ServiceError as error:
-                if not _retryable(error):
-                    raise
-                last = error
-                continue
-            self._failover.answered(index)
-            return answer
-        raise last or ServiceError(
-            "DEADLINE_EXCEEDED", "no signer replica answered in time", grpc.StatusCode.DEADLINE_EXCEEDED, retryable=True
-        )
+        return await aask_replicas(self._order, self._replicas, ask, timeout_s, service="signer", whole=whole)
 
     async def _call(self, method: str, request: Any, timeout_s: float = 10.0) -> Any:
         if not request.request_id:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TypeVar
 
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.lanes import Lanes, aio_unary, unary
-from countersign.client.results import ImpactAnswer, SessionVerifierVerdict, VerifierVerdict
+from countersign.client.results import ImpactAnswer
 from countersign.client.tls import TlsConfig, open_aio_channel, open_channel, verifier_dns
+from countersign.consumer import EvidenceVerdict
 from countersign.errors import MalformedError
 from countersign.impact import AffectedRecord, LoggedVerdict
 from countersign.policy import ConsumerPolicy
@@ -20,8 +20,6 @@ from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, Verdic
 from countersign.records import BindingScope, Construction, CoSignature, CoSignerRole, Path
 from countersign.sessions import SessionEvidence, SessionSummary, session_policy_refusal
 from countersign.verify import OutputDigest, presented_policy_refusal, refusal_after_audit
-
-_Verdict = TypeVar("_Verdict", VerifierVerdict, SessionVerifierVerdict)
 
 
 def new_request_id() -> str:
@@ -76,10 +74,15 @@ def _session_refusal(
     return session_policy_refusal(session, consumer_policy, 0, time.time_ns() // 1_000_000)
 
 
-def _refused(verdict: _Verdict, refusal: VerificationResult | None) -> _Verdict:
+def _refused(verdict: EvidenceVerdict, refusal: VerificationResult | None) -> EvidenceVerdict:
     """The verifier's verdict, or, when the consumer's policy refused the evidence, its refusal once
-    the verifier's (audit-mode) checks held."""
-    return verdict if refusal is None else replace(verdict, result=refusal_after_audit(verdict.result, refusal))
+    the verifier's (audit-mode) checks held (a reject names no emitter)."""
+    if refusal is None:
+        return verdict
+    return EvidenceVerdict.of(
+        refusal_after_audit(verdict.result, refusal), verdict.registry_sequence, session=verdict.session,
+        request_id=verdict.request_id,
+    )  # fmt: skip
 
 
 def _attribution(message: common_pb2.Attribution, registry_sequence: int) -> Attribution:
@@ -121,8 +124,8 @@ def _result(response: verifier_pb2.VerifyPathResponse | verifier_pb2.VerifySessi
     )  # fmt: skip
 
 
-def _verdict(response: verifier_pb2.VerifyPathResponse) -> VerifierVerdict:
-    return VerifierVerdict(_result(response), response.registry_sequence)
+def _verdict(response: verifier_pb2.VerifyPathResponse, request_id: str) -> EvidenceVerdict:
+    return EvidenceVerdict.of(_result(response), response.registry_sequence, request_id=request_id)
 
 
 def _session_request(
@@ -147,10 +150,10 @@ def _session_request(
     )
 
 
-def _session_verdict(response: verifier_pb2.VerifySessionResponse) -> SessionVerifierVerdict:
+def _session_verdict(response: verifier_pb2.VerifySessionResponse, request_id: str) -> EvidenceVerdict:
     facts = response.session
     summary = SessionSummary(facts.session, facts.receipts, facts.closed) if response.HasField("session") else None
-    return SessionVerifierVerdict(_result(response), response.registry_sequence, summary)
+    return EvidenceVerdict.of(_result(response), response.registry_sequence, session=summary, request_id=request_id)
 
 
 def _impact_request(
@@ -220,7 +223,7 @@ class VerifierClient:
         request_id: str | None = None,
         policy: str = "",
         consumer_policy: ConsumerPolicy | None = None,
-    ) -> VerifierVerdict:
+    ) -> EvidenceVerdict:
         """The verifier's verdict on ``path`` (a Path, or its bytes as received) for the exact
         ``output`` bytes, or their :class:`~countersign.verify.OutputDigest` (the client always sends
         only the SHA-256, hashing bytes locally; ADR 0027). Accept mode consumes the leaf nonce, so a
@@ -238,7 +241,7 @@ class VerifierClient:
         key = _key(request_id)
         refusal = _path_refusal(path, consumer_policy)
         request = _request(path, output, audit or refusal is not None, key, policy)
-        return _refused(replace(_verdict(ask(request, timeout_s)), request_id=key), refusal)
+        return _refused(_verdict(ask(request, timeout_s), key), refusal)
 
     def verify_session(
         self,
@@ -251,7 +254,7 @@ class VerifierClient:
         request_id: str = "",
         policy: str = "",
         consumer_policy: ConsumerPolicy | None = None,
-    ) -> SessionVerifierVerdict:
+    ) -> EvidenceVerdict:
         """The verifier's verdict on one agent's session (``VerifySession``, docs/spec.md 17.5):
         ``session`` (SessionEvidence, or its JSON bytes), and optionally ``outputs[i]``, the exact
         bytes of receipt *i*'s output (None: not checked; the list, when given, has one entry per
@@ -264,7 +267,7 @@ class VerifierClient:
         applied in this process as for :meth:`verify` (spec 16.4)."""
         refusal = _session_refusal(session, consumer_policy)
         request = _session_request(session, outputs, audit or refusal is not None, require_closed, request_id, policy)
-        return _refused(_session_verdict(self._verify_session(request, timeout_s)), refusal)
+        return _refused(_session_verdict(self._verify_session(request, timeout_s), request_id), refusal)
 
     def impact(
         self,
@@ -280,7 +283,9 @@ class VerifierClient:
         (``record_digest``) or a deployer, according to the verifier's verdict log (``Impact``,
         docs/api.md): give exactly one (else ValueError). ``since_ms``: only verdicts logged from then
         on. ``mark``: also flag the affected verdicts NEEDS_REVALIDATION in the log (nothing is
-        deleted). Operator and client certificates only; raises ServiceError when refused."""
+        deleted). A client certificate (a consumer) is answered from its own verdicts only and may not
+        mark; auditor and operator certificates see and mark the whole log. Raises ServiceError when
+        refused (``NOT_AUTHORISED``)."""
         return _impact_answer(self._impact(_impact_request(key_id, record_digest, deployer, since_ms, mark), timeout_s))
 
     def close(self) -> None:
@@ -323,12 +328,12 @@ class AsyncVerifierClient:
         request_id: str | None = None,
         policy: str = "",
         consumer_policy: ConsumerPolicy | None = None,
-    ) -> VerifierVerdict:
+    ) -> EvidenceVerdict:
         """See :meth:`VerifierClient.verify`."""
         key = _key(request_id)
         refusal = _path_refusal(path, consumer_policy)
         request = _request(path, output, audit or refusal is not None, key, policy)
-        return _refused(replace(_verdict(await self._verify_path(request, timeout_s)), request_id=key), refusal)
+        return _refused(_verdict(await self._verify_path(request, timeout_s), key), refusal)
 
     async def verify_session(
         self,
@@ -341,11 +346,11 @@ class AsyncVerifierClient:
         request_id: str = "",
         policy: str = "",
         consumer_policy: ConsumerPolicy | None = None,
-    ) -> SessionVerifierVerdict:
+    ) -> EvidenceVerdict:
         """See :meth:`VerifierClient.verify_session`."""
         refusal = _session_refusal(session, consumer_policy)
         request = _session_request(session, outputs, audit or refusal is not None, require_closed, request_id, policy)
-        return _refused(_session_verdict(await self._verify_session(request, timeout_s)), refusal)
+        return _refused(_session_verdict(await self._verify_session(request, timeout_s), request_id), refusal)
 
     async def impact(
         self,

@@ -6,7 +6,7 @@ Pure functions: a parsed path (and optionally the output bytes) in, document byt
   envelope carrying the signatures it already has; nothing is re-signed.
 * in-toto Statement v1 (:mod:`countersign.export.intoto`): the output as subject, its path as predicate.
 * W3C PROV (:mod:`countersign.export.provenance`): PROV-JSON, PROV-N and PROV-O (Turtle), built with
-  the ``prov`` package, an optional extra (``pip install 'countersign[export]'``) imported only here.
+  the ``prov`` package, an optional extra (``pip install 'countersign-mesh[export]'``) imported only here.
 
 Audit views: :mod:`countersign.export.marks` (which signatures verify) and
 :mod:`countersign.export.registry_log` (an exported admission log checked offline).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from countersign.errors import CountersignError
+from countersign.extras import install_command
 
 
 class ExportError(CountersignError):
@@ -13,4 +14,4 @@ class ExtraMissing(ExportError):
     """An optional library the format needs is not installed; the message names the extra."""
 
 
-EXPORT_EXTRA_HINT = "pip install 'countersign[export]'"
+EXPORT_EXTRA_HINT = install_command("export")

@@ -16,7 +16,7 @@ artifact's metadata. Any consumer checks an artifact with :func:`verify_artifact
     task = await send_task(client, delegated_message("write it", delegation))
     raise_for_refusal(task)                        # A2ARefusal (a ServiceError) with its ErrorCode
     for artifact in task.artifacts:
-        assert verify_artifact(artifact, verifier="127.0.0.1:7400")
+        assert verify_artifact(artifact, consumer)  # consumer = Consumer.from_env(), or .offline(registry)
 
 The signed bytes of an artifact (docs/spec.md, "A2A binding"): it has exactly one part, and the bytes
 are that part's text as UTF-8 or its raw bytes. The receipt travels as its path JSON text under
@@ -24,7 +24,7 @@ are that part's text as UTF-8 or its raw bytes. The receipt travels as its path 
 The Agent Card advertises the deployer id as an A2A extension (:data:`EXTENSION_URI`, params
 ``{"deployer": ...}``).
 
-Needs the ``a2a`` extra (``pip install 'countersign[a2a]'``); ``a2a`` is imported only when an A2A
+Needs the ``a2a`` extra (``pip install 'countersign-mesh[a2a]'``); ``a2a`` is imported only when an A2A
 object is built.
 """
 
@@ -34,21 +34,17 @@ import asyncio
 import inspect
 import types
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-import grpc
-
-from countersign.client.errors import ServiceError
-from countersign.client.handoff import Delegation
-from countersign.client.runtime import AsyncRuntime, PathVerdict, averify_path, verify_path
-from countersign.client.tls import TlsConfig
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
+from countersign.client.consumer import Consumer
+from countersign.client.runtime import AsyncRuntime
 from countersign.compact import compact_path, is_compact, path_from_compact
-from countersign.errors import ErrorCode, MalformedError
-from countersign.policy import ConsumerPolicy
+from countersign.consumer import EvidenceVerdict
+from countersign.errors import ErrorCode, MalformedError, ServiceError
+from countersign.handoff import Delegation
+from countersign.integrations import kit
 from countersign.records import Path
-from countersign.registry import Registry
 
 if TYPE_CHECKING:  # the a2a-sdk types, for the checker only: the module imports a2a lazily
     from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -67,11 +63,7 @@ MAX_RECEIPT_CHARS: Final = 64 * 1024
 
 def require_a2a() -> types.ModuleType:
     """The ``a2a.types`` module; ImportError naming the extra when a2a-sdk is not installed."""
-    try:
-        import a2a.types
-    except ImportError as exc:
-        raise ImportError(f"countersign.integrations.a2a needs a2a-sdk: pip install 'countersign[{EXTRA}]'") from exc
-    return a2a.types
+    return kit.require("a2a", EXTRA, "a2a.types")
 
 
 # --- the Agent Card --------------------------------------------------------------------------------
@@ -162,13 +154,10 @@ def artifact_receipt(artifact: Artifact) -> bytes:
 # --- the child's side: the executor wrapper ------------------------------------------------------
 
 
-class A2ARefusal(ServiceError):
+class A2ARefusal(kit.IntegrationRefusal):
     """A refusal seen through A2A: the child refused the delegation (or could not sign), and the task
     ended ``TASK_STATE_FAILED`` with the code in its status message's metadata. A ServiceError, so the
     same ``except ServiceError`` catches it and a signer's refusal, each with its ``code``."""
-
-    def __init__(self, code: ErrorCode | str, message: str) -> None:
-        super().__init__(code, message, grpc.StatusCode.FAILED_PRECONDITION)
 
 
 RuntimeSource = AsyncRuntime | Callable[[], AsyncRuntime]
@@ -189,8 +178,7 @@ class _Signer:
 
     async def sign(self, artifact: Artifact) -> None:
         agent = await self.accepted
-        session = f"{self.instance}.{agent.leaf.record.nonce}"  # one session per accepted record
-        receipt = await self.runtime.receipt(agent, artifact_bytes(artifact), session=session)
+        receipt = await self.runtime.receipt(agent, artifact_bytes(artifact), session=kit.session_of(agent))
         text = compact_path(receipt) if self.compact else receipt.to_bytes().decode("utf-8")
         artifact.metadata.update({RECEIPT_KEY: text})
 
@@ -271,8 +259,7 @@ class SignedExecutor:
         compact_receipts: bool = False,
     ) -> None:
         self.inner = inner
-        self._runtime_source = runtime
-        self._runtime: AsyncRuntime | None = runtime if isinstance(runtime, AsyncRuntime) else None
+        self._runtime = kit.LazyRuntime(runtime)
         self.instance = instance
         self.require_delegation = require_delegation
         self.ttl_ms = ttl_ms
@@ -282,11 +269,7 @@ class SignedExecutor:
 
     @property
     def runtime(self) -> AsyncRuntime:
-        if self._runtime is None:
-            source = self._runtime_source
-            assert callable(source)
-            self._runtime = source()
-        return self._runtime
+        return self._runtime.get()
 
     async def _accept(self, context: RequestContext) -> Path:
         handoff = message_delegation(context.message)
@@ -394,55 +377,17 @@ def raise_for_refusal(task: Task) -> None:
         raise refusal
 
 
-def _checked(artifact: Artifact) -> tuple[bytes, bytes] | PathVerdict:
-    try:
-        return artifact_receipt(artifact), artifact_bytes(artifact)
-    except MalformedError as exc:
-        from countersign.verify import malformed_result
-
-        return PathVerdict(malformed_result(exc), None, 0)
+def _read(artifact: Artifact) -> kit.ReadOutput:
+    return lambda: (artifact_receipt(artifact), artifact_bytes(artifact))
 
 
-def verify_artifact(
-    artifact: Artifact,
-    *,
-    verifier: VerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
-    """Check an artifact's receipt against the artifact's own bytes (:func:`artifact_bytes`), as
-    :func:`countersign.client.verify_path` does: online, offline against a registry, or as the
-    environment says, ``consumer_policy`` as there. An artifact without a receipt, or of another shape,
-    is a MALFORMED verdict."""
-    checked = _checked(artifact)
-    if isinstance(checked, PathVerdict):
-        return checked
-    receipt, data = checked
-    return verify_path(
-        receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
-        consumer_policy=consumer_policy,
-    )  # fmt: skip
+def verify_artifact(artifact: Artifact, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
+    """Check an artifact's receipt with ``consumer`` (online or offline, its policy applied as there)
+    against the artifact's own bytes (:func:`artifact_bytes`). Accept mode consumes the receipt;
+    ``audit`` nothing. An artifact without a receipt, or of another shape, is a MALFORMED verdict."""
+    return kit.verify_output(_read(artifact), consumer, audit=audit)
 
 
-async def averify_artifact(
-    artifact: Artifact,
-    *,
-    verifier: AsyncVerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
+async def averify_artifact(artifact: Artifact, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
     """:func:`verify_artifact` for an event loop."""
-    checked = _checked(artifact)
-    if isinstance(checked, PathVerdict):
-        return checked
-    receipt, data = checked
-    return await averify_path(
-        receipt, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
-        consumer_policy=consumer_policy,
-    )  # fmt: skip
+    return await kit.averify_output(_read(artifact), consumer, audit=audit)

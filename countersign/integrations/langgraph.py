@@ -16,7 +16,7 @@ function returns, its output (the state keys it wrote, encoded by :func:`output_
 receipt under that record. The graph's state carries the evidence under ``"countersign"``
 (:class:`Evidence`: the latest agent's path, every receipt in order, and a delegation waiting to be
 accepted when the graph was started by another deployer's handoff). A consumer checks the final state
-with :func:`verify_state`.
+with :func:`verify_state` and its :class:`countersign.client.Consumer`.
 
 Sync nodes take a :class:`MeshSigning` over :class:`countersign.client.Runtime` objects (and run under
 ``invoke`` or ``ainvoke``); ``async def`` nodes take an :class:`AsyncMeshSigning` over
@@ -24,7 +24,7 @@ Sync nodes take a :class:`MeshSigning` over :class:`countersign.client.Runtime` 
 :class:`Signing` or :class:`AsyncSigning` can stand in for the mesh (the workflow benchmark signs in
 process with the core's constructions).
 
-Needs the ``langgraph`` extra (``pip install 'countersign[langgraph]'``); this module imports
+Needs the ``langgraph`` extra (``pip install 'countersign-mesh[langgraph]'``); this module imports
 ``langgraph`` only when a node is wrapped.
 """
 
@@ -33,25 +33,20 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol, TypedDict, TypeVar
+from typing import Annotated, Any, TypedDict
 
-from countersign.canonical import canonicalize
-from countersign.client.handoff import Delegation
-from countersign.client.runtime import (
-    AsyncRuntime,
-    PathVerdict,
-    Runtime,
-    averify_path,
-    load_registry,
-    tls_from_env,
-    verify_path,
-)
-from countersign.client.tls import TlsConfig
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
-from countersign.errors import ConfigError, MalformedError
-from countersign.policy import ConsumerPolicy
+from countersign.client.consumer import Consumer
+from countersign.consumer import EvidenceVerdict
+from countersign.handoff import Delegation
+from countersign.integrations import kit
+from countersign.integrations.kit import AsyncMeshSigning, AsyncSigning, MeshSigning, Signing
 from countersign.records import Path
-from countersign.registry import Registry
+
+__all__ = [
+    "CHECKPOINT_TYPES", "EVIDENCE_KEY", "AsyncMeshSigning", "AsyncSigning", "Evidence", "EvidenceState", "MeshSigning",
+    "SignedOutput", "Signing", "StateVerdict", "averify_state", "merge_evidence", "output_bytes", "require_langgraph",
+    "signed_node", "verify_state",
+]  # fmt: skip
 
 EVIDENCE_KEY = "countersign"
 EXTRA = "langgraph"
@@ -59,13 +54,7 @@ EXTRA = "langgraph"
 
 def require_langgraph() -> Any:
     """The ``langgraph.types`` module; ImportError naming the extra when LangGraph is not installed."""
-    try:
-        import langgraph.types
-    except ImportError as exc:
-        raise ImportError(
-            f"countersign.integrations.langgraph needs LangGraph: pip install 'countersign[{EXTRA}]'"
-        ) from exc
-    return langgraph.types
+    return kit.require("langgraph", EXTRA, "langgraph.types")
 
 
 # --- evidence in the graph's state --------------------------------------------------------------
@@ -178,121 +167,20 @@ class EvidenceState(TypedDict, total=False):
 
 def output_bytes(output: Mapping[str, Any]) -> bytes:
     """The exact bytes a node's output is signed as: a single ``str`` value as UTF-8, a single
-    ``bytes`` value as it is, anything else as RFC 8785 canonical JSON of the keys and values.
-    Raises TypeError for values JSON cannot hold."""
+    ``bytes`` value as it is, anything else as RFC 8785 canonical JSON of the keys and values
+    (:func:`countersign.integrations.kit.output_bytes`). Raises TypeError for values JSON cannot hold."""
     if len(output) == 1:
         (value,) = output.values()
-        if isinstance(value, str):
-            return value.encode("utf-8")
-        if isinstance(value, bytes):
-            return value
+        if isinstance(value, str | bytes):
+            return kit.output_bytes(value)
     try:
-        return canonicalize(dict(output))
-    except MalformedError as exc:
-        raise TypeError(
-            f"a node's output must be text, bytes or JSON to be signed ({exc}); name its keys with output_keys="
-        ) from None
+        return kit.output_bytes(dict(output))
+    except TypeError as exc:
+        raise TypeError(f"a node's output: {exc}; name its keys with output_keys=") from None
 
 
-# --- who signs: the mesh, or anything that can stand in for it ----------------------------------
-
-
-class Signing(Protocol):
-    """Issues the evidence of sync nodes."""
-
-    def agent(self, deployer: str, instance: str, parent: Path | None, handoff: Delegation | None) -> Path:
-        """The record of agent ``instance`` on ``deployer``: under ``handoff`` if one is pending, else
-        a root (``parent`` None), a same-deployer child, or a co-signed delegation from ``parent``."""
-        ...
-
-    def receipt(self, deployer: str, agent: Path, output: bytes) -> Path:
-        """The receipt of ``output``, emitted by the agent whose record ends ``agent``."""
-        ...
-
-
-class AsyncSigning(Protocol):
-    """:class:`Signing` for ``async def`` nodes."""
-
-    async def agent(self, deployer: str, instance: str, parent: Path | None, handoff: Delegation | None) -> Path: ...
-
-    async def receipt(self, deployer: str, agent: Path, output: bytes) -> Path: ...
-
-
-R = TypeVar("R", Runtime, AsyncRuntime)
-
-
-def _runtime(runtimes: Mapping[str, R], deployer: str, why: str) -> R:
-    runtime = runtimes.get(deployer)
-    if runtime is None:
-        raise ConfigError(f"no runtime for {deployer} ({why}); have {sorted(runtimes)}")
-    if runtime.deployer != deployer:
-        raise ConfigError(f"the runtime given for {deployer} is {runtime.deployer}'s")
-    return runtime
-
-
-def _session(agent: Path) -> str:
-    """One session per agent record: its receipts are numbered 0, 1, ... under it (issue 17)."""
-    record = agent.leaf.record
-    return f"{record.agent.instance}.{record.nonce}"
-
-
-@dataclass
-class MeshSigning:
-    """Signs through each deployer's signer: ``runtimes`` maps a deployer id to its runtime. A
-    delegation from a deployer whose runtime is not here arrives as a handoff instead
-    (:meth:`Evidence.from_handoff`). ``system`` names the agent system of the roots it starts."""
-
-    runtimes: Mapping[str, Runtime]
-    system: str = "langgraph"
-    ttl_ms: int = 3_600_000
-    max_children: int = 8
-    grant_ttl_ms: int = 60_000
-
-    def agent(self, deployer: str, instance: str, parent: Path | None, handoff: Delegation | None) -> Path:
-        runtime = _runtime(self.runtimes, deployer, "it hosts the node")
-        if handoff is not None:
-            return runtime.accept(handoff, instance, ttl_ms=self.ttl_ms, max_children=self.max_children)
-        if parent is None:
-            return runtime.root(instance, self.system, ttl_ms=self.ttl_ms, max_children=self.max_children)
-        parent_deployer = parent.leaf.record.deployer
-        if parent_deployer == deployer:
-            return runtime.local_child(parent, instance, ttl_ms=self.ttl_ms, max_children=self.max_children)
-        delegation = _runtime(self.runtimes, parent_deployer, "it delegates").delegate(
-            parent, deployer, ttl_ms=self.grant_ttl_ms
-        )
-        return runtime.accept(delegation, instance, ttl_ms=self.ttl_ms, max_children=self.max_children)
-
-    def receipt(self, deployer: str, agent: Path, output: bytes) -> Path:
-        return _runtime(self.runtimes, deployer, "it hosts the node").receipt(agent, output, session=_session(agent))
-
-
-@dataclass
-class AsyncMeshSigning:
-    """:class:`MeshSigning` over :class:`countersign.client.AsyncRuntime` objects, for ``async def`` nodes."""
-
-    runtimes: Mapping[str, AsyncRuntime]
-    system: str = "langgraph"
-    ttl_ms: int = 3_600_000
-    max_children: int = 8
-    grant_ttl_ms: int = 60_000
-
-    async def agent(self, deployer: str, instance: str, parent: Path | None, handoff: Delegation | None) -> Path:
-        runtime = _runtime(self.runtimes, deployer, "it hosts the node")
-        if handoff is not None:
-            return await runtime.accept(handoff, instance, ttl_ms=self.ttl_ms, max_children=self.max_children)
-        if parent is None:
-            return await runtime.root(instance, self.system, ttl_ms=self.ttl_ms, max_children=self.max_children)
-        parent_deployer = parent.leaf.record.deployer
-        if parent_deployer == deployer:
-            return await runtime.local_child(parent, instance, ttl_ms=self.ttl_ms, max_children=self.max_children)
-        delegation = await _runtime(self.runtimes, parent_deployer, "it delegates").delegate(
-            parent, deployer, ttl_ms=self.grant_ttl_ms
-        )
-        return await runtime.accept(delegation, instance, ttl_ms=self.ttl_ms, max_children=self.max_children)
-
-    async def receipt(self, deployer: str, agent: Path, output: bytes) -> Path:
-        runtime = _runtime(self.runtimes, deployer, "it hosts the node")
-        return await runtime.receipt(agent, output, session=_session(agent))
+# The mesh (MeshSigning, AsyncMeshSigning) and the Signing protocols are the kit's (ADR 0037); the
+# roots a graph starts name the system "agents" unless MeshSigning(..., system=...) says otherwise.
 
 
 # --- the node wrapper ---------------------------------------------------------------------------
@@ -383,21 +271,15 @@ def signed_node(
 
 
 @dataclass(frozen=True)
-class StateVerdict:
-    """The verdict on every signed output of a graph's final state. Truthy only when there is at least
-    one and every one was accepted."""
+class StateVerdict(kit.OutputVerdicts[SignedOutput]):
+    """The verdicts on every signed output of a graph's final state, each the one verdict shape
+    (:class:`countersign.consumer.EvidenceVerdict`) beside the output it is for. Truthy only when
+    there is at least one and every one was accepted."""
 
-    outputs: tuple[tuple[SignedOutput, PathVerdict], ...]
-
-    def __bool__(self) -> bool:
-        return bool(self.outputs) and all(verdict for _, verdict in self.outputs)
-
-    @property
-    def rejected(self) -> tuple[tuple[SignedOutput, PathVerdict], ...]:
-        return tuple((signed, verdict) for signed, verdict in self.outputs if not verdict)
+    outputs: tuple[tuple[SignedOutput, EvidenceVerdict], ...]
 
 
-def _outputs(state: object) -> list[tuple[SignedOutput, bytes]]:
+def _outputs(state: object) -> list[tuple[SignedOutput, bytes, bytes]]:
     """Each receipt with the bytes the consumer actually holds: the final state's values of its keys."""
     evidence = _evidence(state)
     values: Mapping[str, Any] = state if isinstance(state, Mapping) else vars(state)
@@ -406,61 +288,18 @@ def _outputs(state: object) -> list[tuple[SignedOutput, bytes]]:
         missing = [key for key in signed.keys if key not in values]
         if missing:
             raise KeyError(f"the state lacks {missing}, the output of {signed.node}")
-        checks.append((signed, output_bytes({key: values[key] for key in signed.keys})))
+        checks.append((signed, signed.receipt_json, output_bytes({key: values[key] for key in signed.keys})))
     return checks
 
 
-def verify_state(
-    state: object,
-    *,
-    verifier: VerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> StateVerdict:
-    """Check every receipt of a graph's final ``state`` against the bytes the state holds now (so an
-    output changed after it was signed is ``OUTPUT_MISMATCH``), as :func:`countersign.client.verify_path`
-    does: online, offline against a registry, or as the environment says; ``consumer_policy`` (yours,
-    spec 16.4) is applied to each receipt as there."""
-    checks = _outputs(state)
-    if isinstance(registry, str):
-        registry = load_registry(registry)
-    if isinstance(verifier, str):
-        with VerifierClient(verifier, tls or tls_from_env(environ), lanes=0) as client:
-            return verify_state(state, verifier=client, audit=audit, consumer_policy=consumer_policy)
-    return StateVerdict(
-        tuple(
-            (signed, verify_path(signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit,
-                                 environ=environ, consumer_policy=consumer_policy))
-            for signed, data in checks
-        )
-    )  # fmt: skip
+def verify_state(state: object, consumer: Consumer, *, audit: bool = False) -> StateVerdict:
+    """Check every receipt of a graph's final ``state`` with ``consumer`` (online or offline, its
+    policy applied as there) against the bytes the state holds now, so an output changed after it
+    was signed is ``OUTPUT_MISMATCH``. Accept mode consumes each receipt; ``audit`` consumes nothing.
+    Raises KeyError when the state lacks an output's keys, ServiceError when a verifier refuses."""
+    return StateVerdict(tuple(kit.verify_outputs(_outputs(state), consumer, audit=audit)))
 
 
-async def averify_state(
-    state: object,
-    *,
-    verifier: AsyncVerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> StateVerdict:
+async def averify_state(state: object, consumer: Consumer, *, audit: bool = False) -> StateVerdict:
     """:func:`verify_state` for an event loop."""
-    checks = _outputs(state)
-    if isinstance(registry, str):
-        registry = load_registry(registry)
-    if isinstance(verifier, str):
-        async with AsyncVerifierClient(verifier, tls or tls_from_env(environ)) as client:
-            return await averify_state(state, verifier=client, audit=audit, consumer_policy=consumer_policy)
-    outputs = []
-    for signed, data in checks:
-        verdict = await averify_path(
-            signed.receipt_json, data, verifier=verifier, registry=registry, tls=tls, audit=audit, environ=environ,
-            consumer_policy=consumer_policy,
-        )  # fmt: skip
-        outputs.append((signed, verdict))
-    return StateVerdict(tuple(outputs))
+    return StateVerdict(tuple(await kit.averify_outputs(_outputs(state), consumer, audit=audit)))

@@ -26,11 +26,12 @@ A refusal fails closed: no unsigned result leaves. The client gets a JSON-RPC er
 or cannot be reached, a delegation for another deployer, expired, or refused by the parent's signer).
 
 Client side, over results as ``ClientSession.call_tool`` returns them (``CallToolResult``) or as
-raw JSON objects:
+raw JSON objects, checked with a :class:`countersign.client.Consumer` (online or offline):
 
-    verdict = await averify_result(result, registry=registry)   # or verifier="host:port"; verify_result sync
+    consumer = Consumer.from_env()                               # or Consumer.offline("registry.json")
+    verdict = await averify_result(result, consumer)             # verify_result sync
     verdict.emitter.deployer, verdict.emitter.seq                # who emitted these bytes, where in the session
-    check = check_session([r1, r2, r3], registry=registry)       # dropped / reordered / duplicated results
+    verdict = check_session([r1, r2, r3], consumer)              # dropped / reordered / duplicated results
     meta = delegation_meta(handoff)                              # call_tool(..., meta=meta) on the first call
     refusal(mcp_error)                                           # the ServiceError a refusal carried, else None
 
@@ -44,7 +45,7 @@ signs every ``tools/call`` result the child sends back (one session per proxy pr
 client) and passes everything else through byte for byte. Configured by the runtime SDK's environment
 variables (:meth:`countersign.client.AsyncRuntime.from_env`) plus ``COUNTERSIGN_MCP_SYSTEM``.
 
-Needs the ``mcp`` extra (``pip install 'countersign[mcp]'``); ``mcp`` is imported only when a
+Needs the ``mcp`` extra (``pip install 'countersign-mesh[mcp]'``); ``mcp`` is imported only when a
 middleware is built or a refusal raised (:func:`require_mcp`); the client-side checks and the proxy
 read JSON and duck-typed models and need only the client package.
 """
@@ -52,7 +53,6 @@ read JSON and duck-typed models and need only the client package.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import os
@@ -64,19 +64,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from countersign.canonical import canonicalize
-from countersign.client.errors import ServiceError
-from countersign.client.handoff import Delegation
-from countersign.client.runtime import AsyncRuntime, PathVerdict, averify_path, load_registry, verify_path
-from countersign.client.tls import TlsConfig
-from countersign.client.verifier import AsyncVerifierClient, VerifierClient
-from countersign.errors import ConfigError, ErrorCode, MalformedError
-from countersign.policy import ConsumerPolicy
+from countersign.client.consumer import Consumer
+from countersign.consumer import EvidenceVerdict
+from countersign.errors import ConfigError, ErrorCode, MalformedError, ServiceError
+from countersign.handoff import Delegation
+from countersign.integrations import kit
 from countersign.records import BindingScope, Path
-from countersign.registry import Registry
-from countersign.sessions import SessionCheck, SessionEvidence
-from countersign.sessions import check_session as core_check_session
-from countersign.state import VerifierState
-from countersign.verify import malformed_result
+from countersign.sessions import SessionEvidence
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -84,6 +78,10 @@ if TYPE_CHECKING:
 
 EXTRA: Final = "mcp"
 EVIDENCE_KEY: Final = "countersign.dev/evidence"
+# Evidence a result already carried when it was signed again (a signing server behind the proxy):
+# kept, innermost first, beside the evidence of the deployer that signed last (spec 20.2).
+WRAPPED_EVIDENCE_KEY: Final = "countersign.dev/wrapped-evidence"
+MAX_WRAPPED_EVIDENCE: Final = 8
 DELEGATION_KEY: Final = "countersign.dev/delegation"
 ERROR_KEY: Final = "countersign.dev/error"
 EVIDENCE_VERSION: Final = 1
@@ -103,16 +101,9 @@ _log = logging.getLogger(__name__)
 
 
 def require_mcp() -> Any:
-    """The ``mcp_types`` module; ImportError naming the extra when the MCP SDK is not installed."""
-    try:
-        import mcp_types
-
-        importlib.import_module("mcp.shared.exceptions")  # the SDK itself, not only its types package
-    except ImportError as exc:
-        raise ImportError(
-            f"countersign.integrations.mcp needs the MCP SDK: pip install 'countersign[{EXTRA}]'"
-        ) from exc
-    return mcp_types
+    """The ``mcp_types`` module; ImportError naming the extra when the MCP SDK is not installed (the
+    SDK itself, not only its types package)."""
+    return kit.require("mcp", EXTRA, "mcp_types", "mcp.shared.exceptions")
 
 
 # --- the signed bytes ---------------------------------------------------------------------------
@@ -195,16 +186,17 @@ def refusal_error(error: ServiceError) -> MCPError:
     return MCPError(REFUSAL_CODE, refusal_message(error), refusal_data(error))
 
 
-def refusal(error: BaseException) -> ServiceError | None:
-    """The :class:`ServiceError` a Countersign refusal carried (an ``MCPError`` a client received, or
-    any exception with the same ``code`` and ``data``); None for any other error."""
+def refusal(error: BaseException) -> kit.IntegrationRefusal | None:
+    """The refusal a Countersign tool server sent (an ``MCPError`` a client received, or any
+    exception with the same ``code`` and ``data``), as a ServiceError with its code; None for any
+    other error."""
     code, message, data = getattr(error, "code", None), str(error), getattr(error, "data", None)
     if code != REFUSAL_CODE or not isinstance(data, Mapping) or not isinstance(data.get(ERROR_KEY), str):
         return None
-    return ServiceError(ErrorCode.of(data[ERROR_KEY]), message, retryable=data.get("retryable") is True)
+    return kit.IntegrationRefusal(ErrorCode.of(data[ERROR_KEY]), message, retryable=data.get("retryable") is True)
 
 
-class EvidenceMissing(ServiceError):
+class EvidenceMissing(kit.IntegrationRefusal):
     """A tool result carries no Countersign evidence (``INVALID_ARGUMENT``): it was not signed, or its
     ``_meta`` was stripped on the way."""
 
@@ -215,33 +207,10 @@ class EvidenceMissing(ServiceError):
 # --- server side: one client session's signing --------------------------------------------------
 
 
-RuntimeSource = AsyncRuntime | Callable[[], AsyncRuntime] | None
-
-
-@dataclass
-class _RuntimeHolder:
-    """The runtime, made on first use (an AsyncRuntime belongs to the event loop that made it, and a
-    server's loop starts after the middleware is built)."""
-
-    source: RuntimeSource
-    environ: Mapping[str, str] | None = None
-    _runtime: AsyncRuntime | None = None
-
-    def get(self) -> AsyncRuntime:
-        if self._runtime is None:
-            if isinstance(self.source, AsyncRuntime):
-                self._runtime = self.source
-            elif self.source is not None:
-                self._runtime = self.source()
-            else:
-                self._runtime = AsyncRuntime.from_env(self.environ)
-        return self._runtime
-
-    async def close(self) -> None:
-        """Close the runtime if this holder made it."""
-        if self._runtime is not None and not isinstance(self.source, AsyncRuntime):
-            await self._runtime.close()
-        self._runtime = None
+RuntimeSource = kit.RuntimeSource
+# The runtime, made on first use (an AsyncRuntime belongs to the event loop that made it, and a server's
+# loop starts after the middleware is built): the kit's LazyRuntime, under the name the proxy uses.
+_RuntimeHolder = kit.LazyRuntime
 
 
 def _delegation_in(meta: object) -> str | None:
@@ -305,10 +274,27 @@ class SessionSigner:
         meta = wire.get("_meta")
         if meta is not None and not isinstance(meta, dict):
             raise ServiceError(ErrorCode.INTERNAL, "the tool result's _meta is not an object")
+        kept = _wrapped_evidence(meta or {})
         receipt = await self.runtime.get().receipt(self.agent, output, binding_scope=BindingScope.PER_TOOL_CALL.value)
         signed = dict(wire)
         signed["_meta"] = {**(meta or {}), EVIDENCE_KEY: evidence_json(receipt)}
+        if kept:
+            signed["_meta"][WRAPPED_EVIDENCE_KEY] = kept
         return signed
+
+
+def _wrapped_evidence(meta: Mapping[str, Any]) -> list[Any]:
+    """The evidence ``meta`` already carries, to keep beside this signer's (spec 20.2): what was
+    wrapped before, then what was outermost. Raises ServiceError (the result is not sent unsigned,
+    nor with evidence dropped) when there is more than :data:`MAX_WRAPPED_EVIDENCE` of it or the
+    earlier list is not a list."""
+    earlier = meta.get(WRAPPED_EVIDENCE_KEY, [])
+    if not isinstance(earlier, list):
+        raise ServiceError(ErrorCode.INTERNAL, f"the tool result's _meta {WRAPPED_EVIDENCE_KEY} is not a list")
+    kept = [*earlier, meta[EVIDENCE_KEY]] if EVIDENCE_KEY in meta else list(earlier)
+    if len(kept) > MAX_WRAPPED_EVIDENCE:
+        raise ServiceError(ErrorCode.INTERNAL, f"the tool result carries more than {MAX_WRAPPED_EVIDENCE} evidences")
+    return kept
 
 
 def _instance(name: str) -> str:
@@ -411,60 +397,30 @@ def evidence_of(result: object) -> Path:
     return Path.from_json(evidence["path"])
 
 
-def _parsed(result: object) -> tuple[Path, bytes] | PathVerdict:
-    try:
-        return evidence_of(result), result_bytes(result)
-    except MalformedError as exc:
-        return PathVerdict(malformed_result(exc), None, 0)
+def wrapped_evidence_of(result: object) -> list[Path]:
+    """The receipt paths a tool result carried before it was signed last (``_meta`` under
+    :data:`WRAPPED_EVIDENCE_KEY`), innermost first: e.g. a signing server's own, behind
+    ``countersign mcp-proxy``. Each signs the same bytes (:func:`result_bytes`) and is verified as
+    :func:`verify_result` verifies the outermost. Raises MalformedError when one is not a version-1
+    evidence object with a valid path; [] when there is none."""
+    meta = result_object(result).get("_meta")
+    kept = meta.get(WRAPPED_EVIDENCE_KEY, []) if isinstance(meta, Mapping) else []
+    if not isinstance(kept, list):
+        raise MalformedError(f"{WRAPPED_EVIDENCE_KEY} must be a list")
+    return [evidence_of({"content": [], "_meta": {EVIDENCE_KEY: evidence}}) for evidence in kept]
 
 
-def verify_result(
-    result: object,
-    *,
-    verifier: VerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
-    """Check a tool result's evidence against :func:`result_bytes` of the result itself, with
-    :func:`countersign.client.verify_path` (the same arguments). A result whose bytes differ from
-    what was signed is ``OUTPUT_MISMATCH``; malformed evidence is ``MALFORMED`` (registry sequence 0).
-    Raises :class:`EvidenceMissing` when the result carries no evidence at all."""
-    parsed = _parsed(result)
-    if isinstance(parsed, PathVerdict):
-        return parsed
-    path, output = parsed
-    return verify_path(
-        path, output, verifier=verifier, registry=registry, tls=tls, audit=audit, state=state, now_ms=now_ms,
-        environ=environ, consumer_policy=consumer_policy,
-    )  # fmt: skip
+def verify_result(result: object, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
+    """Check a tool result's evidence with ``consumer`` against :func:`result_bytes` of the result
+    itself. A result whose bytes differ from what was signed is ``OUTPUT_MISMATCH``; malformed
+    evidence is ``MALFORMED`` (registry sequence 0). Accept mode consumes the receipt; ``audit``
+    nothing. Raises :class:`EvidenceMissing` when the result carries no evidence at all."""
+    return kit.verify_output(lambda: (evidence_of(result), result_bytes(result)), consumer, audit=audit)
 
 
-async def averify_result(
-    result: object,
-    *,
-    verifier: AsyncVerifierClient | str | None = None,
-    registry: Registry | str | None = None,
-    tls: TlsConfig | None = None,
-    audit: bool = False,
-    state: VerifierState | None = None,
-    now_ms: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> PathVerdict:
-    """:func:`verify_result` for an event loop (:func:`countersign.client.averify_path`)."""
-    parsed = _parsed(result)
-    if isinstance(parsed, PathVerdict):
-        return parsed
-    path, output = parsed
-    return await averify_path(
-        path, output, verifier=verifier, registry=registry, tls=tls, audit=audit, state=state, now_ms=now_ms,
-        environ=environ, consumer_policy=consumer_policy,
-    )  # fmt: skip
+async def averify_result(result: object, consumer: Consumer, *, audit: bool = False) -> EvidenceVerdict:
+    """:func:`verify_result` for an event loop."""
+    return await kit.averify_output(lambda: (evidence_of(result), result_bytes(result)), consumer, audit=audit)
 
 
 def session_evidence(results: Sequence[object]) -> tuple[SessionEvidence, list[bytes | None]]:
@@ -482,30 +438,27 @@ def session_evidence(results: Sequence[object]) -> tuple[SessionEvidence, list[b
 
 
 def check_session(
-    results: Sequence[object],
-    *,
-    registry: Registry | str,
-    now_ms: int | None = None,
-    require_closed: bool = False,
-    consumer_policy: ConsumerPolicy | None = None,
-) -> SessionCheck:
-    """Check one client session's tool results as a whole, offline (docs/spec.md section 17): every
-    result's receipt and bytes, one agent, ``seq`` 0, 1, 2, ... in the order given, each chained to
-    the one before. A dropped result is ``SESSION_GAP``, two swapped ``SESSION_REORDERED``, one shown
-    twice ``SESSION_DUPLICATE``, a changed one ``SESSION_OUTPUT_MISMATCH``. Results of concurrent
-    calls are given in the order their receipts were signed (their ``seq``). Malformed evidence is a
-    ``MALFORMED`` verdict; a result without evidence raises :class:`EvidenceMissing`. ``consumer_policy``
-    (spec 16.3) is applied to each result's receipt path once the session verified."""
-    import time
+    results: Sequence[object], consumer: Consumer, *, audit: bool = False, require_closed: bool = False
+) -> EvidenceVerdict:
+    """Check one client session's tool results as a whole with ``consumer`` (docs/spec.md section
+    17): every result's receipt and bytes, one agent, ``seq`` 0, 1, 2, ... in the order given, each
+    chained to the one before. A dropped result is ``SESSION_GAP``, two swapped ``SESSION_REORDERED``,
+    one shown twice ``SESSION_DUPLICATE``, a changed one ``SESSION_OUTPUT_MISMATCH``. Results of
+    concurrent calls are given in the order their receipts were signed (their ``seq``). Accept mode
+    consumes every receipt, all or nothing (a receipt already accepted alone makes it
+    ``NONCE_REPLAYED``: check those with ``audit=True``). Malformed evidence is a ``MALFORMED`` verdict;
+    a result without evidence raises :class:`EvidenceMissing`."""
+    return kit.verify_session_output(
+        lambda: session_evidence(results), consumer, audit=audit, require_closed=require_closed
+    )
 
-    offline = load_registry(registry) if isinstance(registry, str) else registry
-    try:
-        evidence, outputs = session_evidence(results)
-    except MalformedError as exc:
-        return SessionCheck(malformed_result(exc))
-    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return core_check_session(
-        evidence, outputs, registry=offline, now_ms=now, require_closed=require_closed, consumer_policy=consumer_policy
+
+async def acheck_session(
+    results: Sequence[object], consumer: Consumer, *, audit: bool = False, require_closed: bool = False
+) -> EvidenceVerdict:
+    """:func:`check_session` for an event loop."""
+    return await kit.averify_session_output(
+        lambda: session_evidence(results), consumer, audit=audit, require_closed=require_closed
     )
 
 
@@ -556,6 +509,10 @@ class StdioProxy:
     session: SessionSigner
     max_pending: int = MAX_PENDING_CALLS
     pending: set[str] = field(default_factory=set)
+    # Calls the client cancelled (``notifications/cancelled``), newest last: their slot is free, and
+    # an answer the server sends anyway is dropped (the client ignores it, and a signed one would be
+    # a receipt missing from the session the client holds). Bounded like ``pending``.
+    cancelled: dict[str, None] = field(default_factory=dict)
 
     async def from_client(self, reader: asyncio.StreamReader, child_stdin: asyncio.StreamWriter, reply: Write) -> None:
         try:
@@ -570,6 +527,8 @@ class StdioProxy:
     ) -> None:
         while line := await reader.readline():
             message = _json_object(line)
+            if message is not None and message.get("method") == "notifications/cancelled":
+                self._cancel(message.get("params"))
             if message is not None and message.get("method") == "tools/call" and "id" in message:
                 key = json.dumps(message["id"])
                 params = message.get("params")
@@ -582,14 +541,30 @@ class StdioProxy:
                     await reply(_error_line(message["id"], exc))
                     continue
                 self.pending.add(key)
+                self.cancelled.pop(key, None)  # an id used again is a new call
             child_stdin.write(line)
             await child_stdin.drain()
+
+    def _cancel(self, params: object) -> None:
+        """A cancellation of a tool call this proxy holds open frees its slot (relayed as any line)."""
+        if not isinstance(params, dict) or "requestId" not in params:
+            return
+        key = json.dumps(params["requestId"])
+        if key in self.pending:
+            self.pending.discard(key)
+            self.cancelled[key] = None
+            while len(self.cancelled) > self.max_pending:
+                del self.cancelled[next(iter(self.cancelled))]
 
     async def from_child(self, child_stdout: asyncio.StreamReader, reply: Write) -> None:
         while line := await child_stdout.readline():
             message = _json_object(line)
             if message is not None and "id" in message and "method" not in message:
                 key = json.dumps(message["id"])
+                if key in self.cancelled:
+                    del self.cancelled[key]
+                    _log.info("dropped the answer to a tool call the client cancelled")
+                    continue
                 if key in self.pending:
                     self.pending.discard(key)
                     line = await self._signed(message, line)
@@ -623,10 +598,13 @@ async def run_stdio_proxy(
     environ: Mapping[str, str] | None = None,
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
+    max_pending: int = MAX_PENDING_CALLS,
 ) -> int:
     """Run ``command`` (an MCP stdio server) as a child and relay this process's stdio to it, signing
     every tool result (:class:`StdioProxy`): the whole run is one client session. Returns the child's
-    exit code. ``system``: default ``COUNTERSIGN_MCP_SYSTEM``, else ``mcp-tools``.
+    exit code. ``system``: default ``COUNTERSIGN_MCP_SYSTEM``, else ``mcp-tools``. ``environ``: where
+    the runtime's settings are read (default ``os.environ``; the command line merges a file and flags
+    into it). ``max_pending``: tool calls held open at once (a cancelled one frees its slot).
 
     Raises ConfigError before starting the child when the runtime cannot be configured, OSError when
     the child cannot be started, ValueError when a line exceeds :data:`MAX_LINE_BYTES`."""
@@ -634,7 +612,7 @@ async def run_stdio_proxy(
     holder = _RuntimeHolder(runtime, environ)
     holder.get()  # a configuration error stops the proxy before the child starts
     session = SessionSigner(holder, system or env.get(ENV_SYSTEM) or DEFAULT_SYSTEM, _instance(name))
-    proxy = StdioProxy(session)
+    proxy = StdioProxy(session, max_pending)
     reader, writer = await _stdio_streams(stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
     lock = asyncio.Lock()
 

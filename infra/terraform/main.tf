@@ -1,6 +1,7 @@
-# Countersign on AWS: three availability zones, one signer per deployer, one coordinator,
-# verifier replicas behind an internal network load balancer, a DynamoDB nonce table and,
-# optionally, PostgreSQL. See README.md in this folder for the layout and how to run it.
+# Countersign on AWS: three availability zones; per deployer a signer service of at least three
+# replicas (one per zone) over the deployer's own state table; coordinator replicas over one
+# registry log; verifier replicas behind an internal network load balancer; a DynamoDB nonce
+# table and, optionally, PostgreSQL. See README.md in this folder for the layout and how to run it.
 
 data "aws_caller_identity" "current" {}
 
@@ -25,6 +26,8 @@ locals {
   # DNS and resource-name form of a deployer id ('.' and '_' are not allowed everywhere).
   deployer_slugs = { for id in keys(var.deployers) : id => replace(replace(id, ".", "-"), "_", "-") }
 
+  # One DNS name per service, resolving to one address per healthy task (Cloud Map MULTIVALUE): the
+  # followers' coordinator setting and each deployer's signer address name all the replicas.
   coordinator_address = "coordinator.${var.service_discovery_namespace}:${local.ports.coordinator}"
   signer_addresses    = { for id, slug in local.deployer_slugs : id => "${slug}.${var.service_discovery_namespace}:${local.ports.signer}" }
 
@@ -40,8 +43,6 @@ locals {
   # The image is an ECR URI in var.region (validated): <account>.dkr.ecr.<region>.amazonaws.com/<repo>[:tag|@digest].
   ecr_repository_name = regex("^[^/]+/([^:@]+)", var.image)[0]
   ecr_repository_arn  = "arn:${data.aws_partition.current.partition}:ecr:${var.region}:${split(".", var.image)[0]}:repository/${local.ecr_repository_name}"
-
-  registry_backend = var.enable_postgres ? "postgresql" : "efs"
 }
 
 module "encryption" {
@@ -79,8 +80,10 @@ module "security" {
   endpoint_security_group_id  = module.network.endpoint_security_group_id
   s3_prefix_list_id           = module.network.s3_prefix_list_id
   dynamodb_prefix_list_id     = module.network.dynamodb_prefix_list_id
-  registry_backend            = local.registry_backend
+  postgres_enabled            = var.enable_postgres
+  registry_store_backend      = var.registry_store_backend
   nonce_store_backend         = var.nonce_store_backend
+  signer_state_backend        = var.signer_state_backend
 }
 
 module "cluster" {
@@ -122,55 +125,62 @@ module "postgres" {
 module "coordinator" {
   source = "./modules/coordinator"
 
-  name                  = local.name
-  region                = var.region
-  image                 = var.image
-  ecr_repository_arn    = local.ecr_repository_arn
-  cpu_architecture      = var.cpu_architecture
-  cpu                   = var.coordinator_cpu
-  memory                = var.coordinator_memory
-  container_uid         = var.container_uid
-  container_gid         = var.container_gid
-  ports                 = local.ports
-  cluster_arn           = module.cluster.cluster_arn
-  namespace_id          = module.cluster.namespace_id
-  subnet_ids            = module.network.private_subnet_ids
-  security_group_id     = module.security.coordinator_security_group_id
-  efs_security_group_id = module.security.efs_security_group_id
-  kms_key_arn           = module.encryption.key_arn
-  log_retention_days    = var.log_retention_days
-  operator_public_key   = var.operator_public_key
-  registry_backend      = local.registry_backend
-  postgres              = var.enable_postgres ? module.postgres[0].connection : null
+  name                = local.name
+  region              = var.region
+  image               = var.image
+  ecr_repository_arn  = local.ecr_repository_arn
+  cpu_architecture    = var.cpu_architecture
+  cpu                 = var.coordinator_cpu
+  memory              = var.coordinator_memory
+  desired_count       = var.coordinator_count
+  refresh_ms          = var.coordinator_refresh_ms
+  container_uid       = var.container_uid
+  container_gid       = var.container_gid
+  ports               = local.ports
+  cluster_arn         = module.cluster.cluster_arn
+  namespace_id        = module.cluster.namespace_id
+  subnet_ids          = module.network.private_subnet_ids
+  security_group_id   = module.security.coordinator_security_group_id
+  kms_key_arn         = module.encryption.key_arn
+  log_retention_days  = var.log_retention_days
+  deletion_protection = var.deletion_protection
+  operator_public_key = var.operator_public_key
+  registry_backend    = var.registry_store_backend
+  postgres            = var.registry_store_backend == "postgresql" ? module.postgres[0].connection : null
 }
 
 module "signer" {
   source   = "./modules/signer"
   for_each = var.deployers
 
-  name                  = local.name
-  region                = var.region
-  deployer_id           = each.key
-  deployer_slug         = local.deployer_slugs[each.key]
-  allowed_children      = sort(each.value.allowed_children)
-  operator_public_key   = var.operator_public_key
-  image                 = var.image
-  ecr_repository_arn    = local.ecr_repository_arn
-  cpu_architecture      = var.cpu_architecture
-  cpu                   = each.value.cpu
-  memory                = each.value.memory
-  container_uid         = var.container_uid
-  container_gid         = var.container_gid
-  ports                 = local.ports
-  cluster_arn           = module.cluster.cluster_arn
-  namespace_id          = module.cluster.namespace_id
-  subnet_id             = module.network.private_subnet_ids[each.value.zone_index]
-  security_group_id     = module.security.signer_security_group_ids[each.key]
-  efs_security_group_id = module.security.signer_efs_security_group_ids[each.key]
-  coordinator_address   = local.coordinator_address
-  kms_admin_arns        = local.kms_admin_arns
-  kms_key_arn           = module.encryption.key_arn
-  log_retention_days    = var.log_retention_days
+  name                = local.name
+  region              = var.region
+  deployer_id         = each.key
+  deployer_slug       = local.deployer_slugs[each.key]
+  allowed_children    = sort(each.value.allowed_children)
+  operator_public_key = var.operator_public_key
+  image               = var.image
+  ecr_repository_arn  = local.ecr_repository_arn
+  cpu_architecture    = var.cpu_architecture
+  cpu                 = each.value.cpu
+  memory              = each.value.memory
+  desired_count       = each.value.desired_count
+  commit_batch        = each.value.commit_batch
+  decide_attempts     = each.value.decide_attempts
+  container_uid       = var.container_uid
+  container_gid       = var.container_gid
+  ports               = local.ports
+  cluster_arn         = module.cluster.cluster_arn
+  namespace_id        = module.cluster.namespace_id
+  subnet_ids          = module.network.private_subnet_ids
+  security_group_id   = module.security.signer_security_group_ids[each.key]
+  coordinator_address = local.coordinator_address
+  kms_admin_arns      = local.kms_admin_arns
+  kms_key_arn         = module.encryption.key_arn
+  log_retention_days  = var.log_retention_days
+  deletion_protection = var.deletion_protection
+  state_backend       = var.signer_state_backend
+  postgres            = var.signer_state_backend == "postgresql" ? module.postgres[0].connection : null
 }
 
 module "verifier" {

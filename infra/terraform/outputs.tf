@@ -9,13 +9,28 @@ output "verifier_endpoint" {
 }
 
 output "coordinator_address" {
-  description = "gRPC address of the coordinator's registry service inside the VPC (host:port)."
+  description = "gRPC address of the coordinators' registry service inside the VPC (host:port; the name resolves to every healthy coordinator task)."
   value       = local.coordinator_address
 }
 
 output "signer_addresses" {
-  description = "gRPC address of each deployer's signer inside the VPC (host:port), by deployer id."
+  description = "gRPC address of each deployer's signer replicas inside the VPC (host:port; the name resolves to every healthy replica), by deployer id."
   value       = { for id in keys(module.signer) : id => local.signer_addresses[id] }
+}
+
+output "signer_state_tables" {
+  description = "DynamoDB table holding each deployer's signer state, by deployer id (empty when signer_state_backend is 'postgresql')."
+  value       = { for id, signer in module.signer : id => signer.state_table_name if signer.state_table_name != null }
+}
+
+output "signer_state_postgres" {
+  description = "With signer_state_backend = 'postgresql': per deployer id, the database and login role to create and the secret to fill with its password (see README.md); empty otherwise."
+  value       = { for id, signer in module.signer : id => signer.state_postgres if signer.state_postgres != null }
+}
+
+output "registry_table_name" {
+  description = "DynamoDB table holding the registry log (null when registry_store_backend is 'postgresql')."
+  value       = module.coordinator.registry_table_name
 }
 
 output "signer_kms_key_arns" {

@@ -90,7 +90,7 @@ variable "cpu_architecture" {
 }
 
 variable "container_uid" {
-  description = "Numeric non-root user id the containers run as; also owns the coordinator's registry directory on EFS."
+  description = "Numeric non-root user id the containers run as."
   type        = number
   default     = 10001
 
@@ -124,21 +124,29 @@ variable "operator_public_key" {
 
 variable "deployers" {
   description = <<-EOT
-    One entry per deployer; each gets its own signer service, IAM task role and AWS KMS Ed25519 key.
-    Key: the deployer id (as enrolled in the registry). Value:
-      zone_index                 - 0, 1 or 2: the availability zone (index into availability_zones) the signer runs in.
+    One entry per deployer; each gets its own signer service (at least three replicas spread over the
+    three availability zones), IAM task role, AWS KMS Ed25519 key and state store. Key: the deployer
+    id (as enrolled in the registry). Value:
       allowed_children           - deployer ids this deployer may delegate to; opens signer<->signer gRPC (7401) for each such edge only.
       runtime_cidr_blocks        - IPv4 CIDRs of this deployer's agent runtime that call its signer on 7401 (optional).
       runtime_security_group_ids - security groups of this deployer's agent runtime that call its signer on 7401 (optional).
-      cpu, memory                - Fargate task size of the signer (optional; 512 CPU units, 1024 MiB).
+      desired_count              - signer replicas, at least 3 (optional; 3). ECS spreads them over the three zones.
+      cpu, memory                - Fargate size of one signer task (optional; 512 CPU units, 1024 MiB).
+      commit_batch               - signer setting commit_batch, writes sharing one PostgreSQL commit, 1-1024 (optional; the daemon's default).
+      decide_attempts            - signer setting decide_attempts, 1-100 (optional; the daemon's default).
+    zone_index (one zone per signer) is gone: every signer spans the three zones; an entry that still
+    sets it is refused.
   EOT
   type = map(object({
-    zone_index                 = number
     allowed_children           = optional(list(string), [])
     runtime_cidr_blocks        = optional(list(string), [])
     runtime_security_group_ids = optional(list(string), [])
+    desired_count              = optional(number, 3)
     cpu                        = optional(number, 512)
     memory                     = optional(number, 1024)
+    commit_batch               = optional(number)
+    decide_attempts            = optional(number)
+    zone_index                 = optional(number)
   }))
 
   validation {
@@ -165,8 +173,27 @@ variable "deployers" {
   }
 
   validation {
-    condition     = alltrue([for d in values(var.deployers) : contains([0, 1, 2], d.zone_index)])
-    error_message = "zone_index must be 0, 1 or 2."
+    condition     = alltrue([for d in values(var.deployers) : d.zone_index == null])
+    error_message = "zone_index is no longer used: each deployer's signer runs desired_count replicas spread over all three availability zones. Remove zone_index from deployers."
+  }
+
+  validation {
+    condition     = alltrue([for d in values(var.deployers) : d.desired_count >= 3 && d.desired_count <= 60 && floor(d.desired_count) == d.desired_count])
+    error_message = "A signer's desired_count must be an integer from 3 to 60 (at least one replica per availability zone)."
+  }
+
+  validation {
+    condition = alltrue([for d in values(var.deployers) :
+      d.commit_batch == null ? true : (d.commit_batch >= 1 && d.commit_batch <= 1024 && floor(d.commit_batch) == d.commit_batch)
+    ])
+    error_message = "commit_batch must be an integer from 1 to 1024."
+  }
+
+  validation {
+    condition = alltrue([for d in values(var.deployers) :
+      d.decide_attempts == null ? true : (d.decide_attempts >= 1 && d.decide_attempts <= 100 && floor(d.decide_attempts) == d.decide_attempts)
+    ])
+    error_message = "decide_attempts must be an integer from 1 to 100."
   }
 
   validation {
@@ -230,8 +257,30 @@ variable "verifier_memory" {
   }
 }
 
+variable "coordinator_count" {
+  description = "Number of coordinator replicas over the one registry log; at least two, so that losing one task or its zone leaves a coordinator (ECS spreads them across the zones)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.coordinator_count >= 2 && var.coordinator_count <= 10 && floor(var.coordinator_count) == var.coordinator_count
+    error_message = "coordinator_count must be an integer from 2 to 10."
+  }
+}
+
+variable "coordinator_refresh_ms" {
+  description = "Coordinator setting refresh_ms: how often each replica reads what the others appended (10-60000). Null leaves the daemon's default."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.coordinator_refresh_ms == null ? true : (var.coordinator_refresh_ms >= 10 && var.coordinator_refresh_ms <= 60000 && floor(var.coordinator_refresh_ms) == var.coordinator_refresh_ms)
+    error_message = "coordinator_refresh_ms must be an integer from 10 to 60000."
+  }
+}
+
 variable "coordinator_cpu" {
-  description = "Fargate CPU units of the coordinator task."
+  description = "Fargate CPU units of one coordinator task."
   type        = number
   default     = 512
 
@@ -242,7 +291,7 @@ variable "coordinator_cpu" {
 }
 
 variable "coordinator_memory" {
-  description = "Memory (MiB) of the coordinator task."
+  description = "Memory (MiB) of one coordinator task."
   type        = number
   default     = 1024
 
@@ -325,9 +374,41 @@ variable "metrics_security_group_ids" {
 }
 
 variable "enable_postgres" {
-  description = "Create an encrypted, multi-AZ, private PostgreSQL (RDS) instance. When true the coordinator keeps its registry log there instead of on EFS."
+  description = "Create an encrypted, multi-AZ, private PostgreSQL (RDS) instance, for the stores that registry_store_backend, nonce_store_backend and signer_state_backend put there."
   type        = bool
   default     = false
+}
+
+variable "registry_store_backend" {
+  description = "Where the coordinators keep the registry log: 'dynamodb' (its own table, default) or 'postgresql' (needs enable_postgres = true)."
+  type        = string
+  default     = "dynamodb"
+
+  validation {
+    condition     = contains(["dynamodb", "postgresql"], var.registry_store_backend)
+    error_message = "registry_store_backend must be 'dynamodb' or 'postgresql'."
+  }
+
+  validation {
+    condition     = var.registry_store_backend == "dynamodb" || var.enable_postgres
+    error_message = "registry_store_backend = 'postgresql' needs enable_postgres = true."
+  }
+}
+
+variable "signer_state_backend" {
+  description = "Where each deployer's signer replicas keep their shared state: 'dynamodb' (one table per deployer, default) or 'postgresql' (one database and login role per deployer, created by the operator; needs enable_postgres = true)."
+  type        = string
+  default     = "dynamodb"
+
+  validation {
+    condition     = contains(["dynamodb", "postgresql"], var.signer_state_backend)
+    error_message = "signer_state_backend must be 'dynamodb' or 'postgresql'."
+  }
+
+  validation {
+    condition     = var.signer_state_backend == "dynamodb" || var.enable_postgres
+    error_message = "signer_state_backend = 'postgresql' needs enable_postgres = true."
+  }
 }
 
 variable "nonce_store_backend" {
@@ -391,7 +472,7 @@ variable "kms_admin_principal_arns" {
 }
 
 variable "service_discovery_namespace" {
-  description = "Private DNS namespace (Cloud Map) in the VPC; the coordinator is coordinator.<namespace>, each signer <deployer-id>.<namespace>."
+  description = "Private DNS namespace (Cloud Map) in the VPC; the coordinators are coordinator.<namespace>, each deployer's signer replicas <deployer-id>.<namespace> (one A record per healthy task)."
   type        = string
   default     = "countersign.internal"
 
@@ -413,7 +494,7 @@ variable "log_retention_days" {
 }
 
 variable "deletion_protection" {
-  description = "Deletion protection on the load balancer, the nonce table and the database. Turn off only to tear an environment down."
+  description = "Deletion protection on the load balancer, the DynamoDB tables (nonces, registry log, signer state) and the database. Turn off only to tear an environment down."
   type        = bool
   default     = true
 }

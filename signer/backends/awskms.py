@@ -228,7 +228,7 @@ def new_kms_client(settings: ClientSettings) -> Any:
         import botocore.exceptions
     except ImportError:
         raise SignerError(
-            "the awskms key backend needs boto3: install the 'aws' extra (pip install 'countersign[aws]')"
+            "the awskms key backend needs boto3: install the 'aws' extra (pip install 'countersign-mesh[aws]')"
         ) from None
     try:
         session = boto3.session.Session(profile_name=settings.profile)

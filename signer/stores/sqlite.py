@@ -80,7 +80,12 @@ class SqliteState:
     batches = True
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 5_000) -> None:
-        self._lock = threading.Lock()
+        self._path, self._busy_timeout_ms = path, busy_timeout_ms
+        self._lock = threading.Lock()  # the writing connection: one batch at a time
+        # Reads go through a connection per thread: in WAL mode they never wait for a batch being
+        # committed (its flush), so a call reads while the previous batch is made durable.
+        self._readers = threading.local()
+        self._reader_connections: list[sqlite3.Connection] = []
         try:
             self._db = open_sqlite(path, busy_timeout_ms=busy_timeout_ms)
             self._migrate()
@@ -155,15 +160,17 @@ class SqliteState:
 
     # --- the contract --------------------------------------------------------------------------------
 
+    def _reader(self) -> sqlite3.Connection:
+        reader: sqlite3.Connection | None = getattr(self._readers, "db", None)
+        if reader is None:
+            reader = self._readers.db = open_sqlite(self._path, busy_timeout_ms=self._busy_timeout_ms)
+            with self._lock:
+                self._reader_connections.append(reader)
+        return reader
+
     def read(self, reads: StateReads) -> StateView:
         try:
-            with self._lock:
-                db = self._db
-                db.execute("BEGIN")  # one snapshot for every part of the view
-                try:
-                    return _read(db, reads)
-                finally:
-                    db.execute("COMMIT")
+            return _read(self._reader(), reads)
         except sqlite3.Error as exc:
             raise StateUnavailable(f"signer state: {exc}") from exc
 
@@ -201,54 +208,53 @@ class SqliteState:
 
     def close(self) -> None:
         with self._lock:
+            for reader in self._reader_connections:
+                reader.close()
             self._db.close()
 
 
+# Everything one call reads, in one statement (one snapshot); a column is NULL where nothing is
+# stored or nothing was asked (a NULL key matches no row).
+_READ = (
+    "SELECT (SELECT path FROM issued WHERE digest = ?), (SELECT count FROM child_counts WHERE parent = ?),"
+    " s.seq, s.last_digest, s.closed, s.stream_unit, s.stream_n,"
+    " g.parent, g.child_deployer, g.expires_ms, g.manifest_digest, g.parent_cosig,"
+    " p.parent, p.child_record, p.child_cosig, p.expires_ms, p.sealed_path,"
+    " r.fingerprint, r.answer, r.expires_ms"
+    " FROM (SELECT 1) LEFT JOIN agent_sessions s ON s.agent = ? AND s.session = ?"
+    " LEFT JOIN grants g ON g.grant_id = ? LEFT JOIN proposals p ON p.grant_id = ?"
+    " LEFT JOIN requests r ON r.request_id = ?"
+)
+
+
 def _read(db: sqlite3.Connection, reads: StateReads) -> StateView:
-    issued = child_count = session = grant = proposal = request = None
-    if reads.issued is not None:
-        row = db.execute("SELECT path FROM issued WHERE digest = ?", (reads.issued,)).fetchone()
-        issued = None if row is None else bytes(row[0])
-    if reads.children_of is not None:
-        row = db.execute("SELECT count FROM child_counts WHERE parent = ?", (reads.children_of,)).fetchone()
-        child_count = None if row is None else int(row[0])
-    if reads.session is not None:
-        session = _session(db, *reads.session)
-    if reads.grant is not None:
-        row = db.execute(
-            "SELECT grant_id, parent, child_deployer, expires_ms, manifest_digest, parent_cosig FROM grants"
-            " WHERE grant_id = ?",
-            (reads.grant,),
-        ).fetchone()
-        grant = None if row is None else Grant(*row)
-    if reads.proposal is not None:
-        row = db.execute(
-            "SELECT grant_id, parent, child_record, child_cosig, expires_ms, sealed_path FROM proposals"
-            " WHERE grant_id = ?",
-            (reads.proposal,),
-        ).fetchone()
-        if row is not None:
-            sealed = None if row[5] is None else bytes(row[5])
-            proposal = Proposal(str(row[0]), str(row[1]), bytes(row[2]), str(row[3]), int(row[4]), sealed)
-    if reads.request is not None:
-        row = db.execute(
-            "SELECT fingerprint, answer, expires_ms FROM requests WHERE request_id = ?", (reads.request,)
-        ).fetchone()
-        request = None if row is None else RequestRecord(reads.request, str(row[0]), bytes(row[1]), int(row[2]))
-    return StateView(issued, child_count or 0, session, grant, proposal, request)
+    agent, name = reads.session or (None, None)
+    (issued, child_count, s_seq, s_last, s_closed, s_unit, s_n, g_parent, g_child, g_expires, g_manifest, g_cosig,
+     p_parent, p_record, p_cosig, p_expires, p_sealed, r_fingerprint, r_answer, r_expires) = db.execute(
+        _READ, (reads.issued, reads.children_of, agent, name, reads.grant, reads.proposal, reads.request)
+    ).fetchone()  # fmt: skip
+    session = grant = proposal = request = None
+    if agent is not None and name is not None:
+        if s_seq is not None:
+            stream = None if s_unit is None else (StreamUnit(s_unit), int(s_n))
+            session = SessionState(name, agent, int(s_seq), str(s_last), bool(s_closed), stream)
+        else:
+            session = _legacy_session(db, name)
+    if reads.grant is not None and g_parent is not None:
+        grant = Grant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
+    if reads.proposal is not None and p_parent is not None:
+        sealed = None if p_sealed is None else bytes(p_sealed)
+        proposal = Proposal(reads.proposal, str(p_parent), bytes(p_record), str(p_cosig), int(p_expires), sealed)
+    if reads.request is not None and r_fingerprint is not None:
+        request = RequestRecord(reads.request, str(r_fingerprint), bytes(r_answer), int(r_expires))
+    return StateView(
+        None if issued is None else bytes(issued), int(child_count or 0), session, grant, proposal, request
+    )
 
 
-def _session(db: sqlite3.Connection, agent: str, session: str) -> SessionState | None:
-    """The session ``session`` of the agent record ``agent``; for one an earlier release kept (by id
-    alone), its last receipt with no agent, so that continuing it reuses no seq."""
-    row = db.execute(
-        "SELECT seq, last_digest, closed, stream_unit, stream_n FROM agent_sessions WHERE agent = ? AND session = ?",
-        (agent, session),
-    ).fetchone()
-    if row is not None:
-        seq, last, closed, unit, n = row
-        stream = None if unit is None else (StreamUnit(unit), int(n))
-        return SessionState(session, agent, int(seq), str(last), bool(closed), stream)
+def _legacy_session(db: sqlite3.Connection, session: str) -> SessionState | None:
+    """A session an earlier release kept by id alone: its last receipt, with no agent, so that
+    continuing it reuses no seq."""
     legacy = db.execute("SELECT seq, last_digest FROM sessions WHERE session = ?", (session,)).fetchone()
     return None if legacy is None else SessionState(session, None, int(legacy[0]), str(legacy[1]))
 

@@ -52,7 +52,7 @@ def test_without_the_extra_prov_formats_name_it_and_the_others_still_work() -> N
         [sys.executable, "-c", code, str(VECTORS / "valid" / "signed-dag.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert "pip install 'countersign[export]'" in result.stdout
+    assert "pip install 'countersign-mesh[export]'" in result.stdout
 
 
 def test_importing_the_export_package_loads_no_optional_library() -> None:

@@ -35,13 +35,16 @@ def test_the_headline_runs_every_row_in_the_same_rounds() -> None:
     mesh = SampleMesh.create(deployer_names(3), seed=b"bench-test")
     head = core.headline(mesh, quick=True)
     assert head["signatures"] == 13
-    for name in ("raw", "audit", "audit_lanes", "accept", "parsed", "sibling", "again", "commit", "json"):
+    for name in ("raw", "audit", "audit_sqlite", "audit_lanes", "accept", "parsed", "parsed_sqlite", "sibling",
+                 "again", "commit", "json", "decode"):  # fmt: skip
         assert head["median_us"][name] > 0
     assert head["ratio_to_raw"]["raw"]["median"] == 1.0
     assert head["accept_floor"]["median"] > 1.0  # the raw verifies plus a durable commit
     assert head["audit_floor"]["median"] > 1.0  # the raw verifies plus the walk and a plain JSON read
+    assert head["audit_sqlite_floor"]["median"] > 1.0
     text = "\n".join(core.headline_report(head))
     assert "from bytes, audit" in text and "sibling under a cached depth-4 prefix" in text
+    assert "audit, SQLite state" in text and f"≤ {core.TARGET_AUDIT_SQLITE}" in text and "signature floor" in text
     assert "the verifier service's split" in text
     for peer in head["peers"].values():
         assert (peer["us"] is None) == bool(peer["unavailable"])
@@ -64,3 +67,12 @@ def test_the_lanes_ceiling_is_measured_in_each_round(monkeypatch: pytest.MonkeyP
     assert calls == [c for c in core.LANE_CLIENTS for _ in range(4)]
     assert lanes["ratio_to_ceiling"]["serial"] == dict.fromkeys(core.LANE_CLIENTS, 1.0)
     assert "ceiling (raw checks only)" in "\n".join(core.lanes_report(lanes))
+
+
+def test_record_building_is_measured_beside_a_raw_signature_in_the_same_rounds() -> None:
+    rows = core.record_building(quick=True)
+    assert [row["construction"] for row in rows] == [c.value for c in core.BUILD_CONSTRUCTIONS]
+    for row in rows:
+        assert row["build_us"] > 0 and row["raw_us"] > 0
+    text = "\n".join(core.building_report(rows))
+    assert f"≤ {core.TARGET_BUILD_US:.0f} µs" in text and "besides its signature" in text

@@ -15,7 +15,7 @@ from google.protobuf import message
 
 import countersign.client
 from countersign._proto.v1 import signer_pb2
-from countersign.client import Grant, VerifierVerdict
+from countersign.client import EvidenceVerdict, Grant
 from countersign.reasons import Reason, Verdict, VerificationResult
 from countersign.records import Path
 
@@ -23,9 +23,8 @@ pytestmark = pytest.mark.offline
 
 # Modules whose types an application must never meet in the client API.
 WIRE_MODULES = ("grpc", "grpc_status", "google.protobuf", "google.rpc", "google._upb", "countersign._proto")
-# ServiceError is also raised by the daemons, which build it with the gRPC status their edge sends;
-# an application only catches it and reads ``code`` (an ErrorCode).
-BUILT_BY_SERVERS = {"ServiceError.__init__"}
+# ServiceError is a code and a message (ADR 0034): no gRPC status crosses it, not even its constructor.
+BUILT_BY_SERVERS: set[str] = set()
 TWINS = [
     (countersign.client.SignerClient, countersign.client.AsyncSignerClient),
     (countersign.client.VerifierClient, countersign.client.AsyncVerifierClient),
@@ -94,7 +93,7 @@ def test_exports_are_explicit_and_present() -> None:
     missing = [name for name in countersign.client.__all__ if not hasattr(countersign.client, name)]
     assert missing == []
     for needed in ("SignerClient", "AsyncVerifierClient", "TlsConfig", "ServiceError", "ErrorCode", "Grant",
-                   "VerifierVerdict", "RetryPolicy", "verify_with_failover", "delegate_with_retry"):  # fmt: skip
+                   "EvidenceVerdict", "RetryPolicy", "verify_with_failover", "delegate_with_retry"):  # fmt: skip
         assert needed in countersign.client.__all__
     assert countersign.client.ErrorCode is countersign.errors.ErrorCode
 
@@ -103,7 +102,7 @@ def test_the_walk_sees_the_api() -> None:
     walked = dict(public_callables())
     expected = {
         "SignerClient.open_grant", "SignerClient.accept", "AsyncSignerClient.accept", "VerifierClient.verify",
-        "AsyncOperatorClient.submit", "VerifierVerdict.reason", "verify_with_failover", "TlsConfig.material",
+        "AsyncOperatorClient.submit", "EvidenceVerdict.reason", "verify_with_failover", "TlsConfig.material",
     }  # fmt: skip
     assert expected <= set(walked)
 
@@ -126,7 +125,7 @@ def test_the_check_catches_a_protobuf_annotation() -> None:
     def channel_leak(channel: grpc.aio.Channel, status: grpc.StatusCode) -> None:
         raise NotImplementedError
 
-    def clean(grant: Grant, path: Path | bytes) -> VerifierVerdict | None:
+    def clean(grant: Grant, path: Path | bytes) -> EvidenceVerdict | None:
         raise NotImplementedError
 
     assert [found.split(":")[0] for found in wire_types(leaky)] == ["return"]
@@ -158,8 +157,8 @@ def test_async_client_mirrors_its_sync_twin(sync: type, aio: type) -> None:
 
 
 def test_verdict_is_truthy_exactly_on_accept() -> None:
-    accepted = VerifierVerdict(VerificationResult.accept(), 3)
-    replayed = VerifierVerdict(VerificationResult(Verdict.REJECT, Reason.NONCE_REPLAYED, 1), 3)
+    accepted = EvidenceVerdict(VerificationResult.accept(), 3)
+    replayed = EvidenceVerdict(VerificationResult(Verdict.REJECT, Reason.NONCE_REPLAYED, 1), 3)
     assert accepted and accepted.reason is None
     assert not replayed and replayed.reason is Reason.NONCE_REPLAYED
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -17,9 +17,9 @@ from countersign.client import (
     AsyncSignerClient,
     AsyncVerifierClient,
     ErrorCode,
+    EvidenceVerdict,
     Grant,
     ServiceError,
-    VerifierVerdict,
 )
 from countersign.reasons import Reason
 from countersign.records import Path
@@ -52,7 +52,7 @@ def verifier_of(mesh: LocalMesh) -> AsyncVerifierClient:
 
 
 def test_issue_delegate_verify_then_replay(client_mesh: LocalMesh) -> None:
-    async def scenario() -> tuple[Path, Path, Grant, Path, VerifierVerdict, VerifierVerdict]:
+    async def scenario() -> tuple[Path, Path, Grant, Path, EvidenceVerdict, EvidenceVerdict]:
         async with (
             signer_of(client_mesh, "deployer-a") as a,
             signer_of(client_mesh, "deployer-b") as b,
@@ -74,13 +74,13 @@ def test_issue_delegate_verify_then_replay(client_mesh: LocalMesh) -> None:
     assert (grant.child_deployer, grant.parent_digest) == ("deployer-b", root.leaf.digest())
     assert grant.parent_key_id == client_mesh.deployer_keys["deployer-a"].key_id
     assert (child.leaf.record.deployer, child.leaf.record.depth) == ("deployer-b", 1)
-    assert isinstance(first, VerifierVerdict)
+    assert isinstance(first, EvidenceVerdict)
     assert first and (first.reason, first.registry_sequence) == (None, 3)
     assert not replay and (replay.reason, replay.result.index) == (Reason.NONCE_REPLAYED, 2)
 
 
 def test_calls_run_concurrently_on_one_loop(client_mesh: LocalMesh) -> None:
-    async def scenario() -> list[VerifierVerdict]:
+    async def scenario() -> list[EvidenceVerdict]:
         async with signer_of(client_mesh, "deployer-a") as a, verifier_of(client_mesh) as verifier:
             root = await a.root("fan-out", "client-sdk-aio")
             outputs = [f"output {i}\n".encode() for i in range(8)]

@@ -13,13 +13,13 @@ from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
 from countersign.client import (
     ErrorCode,
+    EvidenceVerdict,
     Grant,
     OperatorClient,
     RetryPolicy,
     ServiceError,
     SignerClient,
     VerifierClient,
-    VerifierVerdict,
     delegate_with_retry,
     verify_with_failover,
 )
@@ -96,7 +96,7 @@ def test_open_grant_accept_verify_then_replay(
     output = b"the researcher's notes\n"
     receipt = b.receipt(child, sha256(output))
     verdict = verifier.verify(receipt, output)
-    assert isinstance(verdict, VerifierVerdict)
+    assert isinstance(verdict, EvidenceVerdict)
     assert verdict, verdict
     assert (verdict.reason, verdict.registry_sequence) == (None, 3)  # three deployers enrolled
     replay = verifier.verify(receipt.to_bytes(), output)

@@ -18,8 +18,8 @@ from countersign._proto.v1 import coordinator_pb2
 from countersign.admission import SignedStatement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode
 from countersign.checkpoint import Checkpoint, SignedCheckpoint, checkpoint_of, sign_checkpoint
-from countersign.client import AsyncOperatorClient
-from countersign.client.operator import SUBMIT_ATTEMPTS, coordinator_log, now_ms
+from countersign.client import AsyncOperatorClient, OperatorClient
+from countersign.client.operator import SUBMIT_ATTEMPTS, KnownHead, coordinator_log, now_ms
 from countersign.keys import Ed25519Signer
 from countersign_cli.localmesh import LocalMesh
 from tests.coordinator.test_operator_cli import cli, tls
@@ -146,7 +146,8 @@ def test_the_checkpoint_command(quiet: LocalMesh, tmp_path: Path) -> None:
     assert served.checkpoint.sequence == 1
     assert served.checkpoint.expires_ms - served.checkpoint.issued_ms == 30_000
     head_file = key.with_suffix(".head.json")
-    assert json.loads(head_file.read_text()) == {"sequence": 1, "head": served.checkpoint.head}
+    recorded = json.loads(head_file.read_text())
+    assert recorded == {"sequence": 1, "head": served.checkpoint.head, "statements": [[0, served.checkpoint.head]]}
 
     once = cli("operator", "checkpoint", "--key", str(key), "--coordinator", address, *tls(mesh, "operator"))
     assert once.returncode == 0, once.stderr
@@ -169,14 +170,23 @@ def _loop_signs_in_between(mesh: LocalMesh, rounds: int) -> tuple[Callable[[Any]
     """A hook to run before each of a submit's first ``rounds`` requests reaches the coordinator: the
     operator's checkpoint loop signs a checkpoint of the log as it stands, a few milliseconds later
     than the submit's own (the race a fresh-clone CI run lost at enrolment). Returns it and the
-    checkpoints each request carried."""
+    checkpoints each request carried. The loop read the operator's record of signed statements just
+    before the submit recorded its own (a loop reading it after refuses: NOT_SERVED, nothing signed),
+    so it is given the record as it stood then."""
     carried: list[SignedCheckpoint] = []
+    snapshot = KnownHead()
+    for position, digest in sorted(mesh.operator_head.statements().items()):
+        snapshot._held[position] = digest
 
     def before(request: Any) -> None:
         carried.append(SignedCheckpoint.from_bytes(request.checkpoint))
         if len(carried) <= rounds:
             time.sleep(0.003)
-            with mesh.operator_client() as loop:
+            loop = OperatorClient(
+                mesh.daemons["coordinator"].address, mesh.tls_for("operator"), mesh.operator,
+                checkpoint_lifetime_ms=mesh.lifetime_ms, known_head=snapshot,
+            )  # fmt: skip
+            with loop:
                 loop.checkpoint()
 
     return before, carried

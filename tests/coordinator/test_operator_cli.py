@@ -67,12 +67,14 @@ def test_online_and_offline_statements_and_export(coordinator: LocalMesh, tmp_pa
     assert offline.returncode == 0, offline.stderr
     assert json.loads(offline.stdout)["sequence"] == 1
     submitted = cli(
-        "operator", "submit", "--statement", str(statement), "--coordinator", address, *tls(coordinator, "operator")
-    )
+        "operator", "submit", "--statement", str(statement), "--head-file", operator_key.replace(".jwk", ".head.json"),
+        "--coordinator", address, *tls(coordinator, "operator"),
+    )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     again = cli(
-        "operator", "submit", "--statement", str(statement), "--coordinator", address, *tls(coordinator, "operator")
-    )
+        "operator", "submit", "--statement", str(statement), "--head-file", operator_key.replace(".jwk", ".head.json"),
+        "--coordinator", address, *tls(coordinator, "operator"),
+    )  # fmt: skip
     # Submitted again (a retry, perhaps at another coordinator replica): answered as accepted, the log
     # unchanged (spec 7.3: a statement already in the log is not appended twice).
     assert again.returncode == 0, again.stderr

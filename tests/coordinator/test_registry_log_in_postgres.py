@@ -9,8 +9,8 @@ import pytest
 
 from countersign.admission import StatementKind
 from countersign.canonical import b64url_encode
-from countersign.client.errors import ServiceError
 from countersign.client.operator import coordinator_log
+from countersign.errors import ServiceError
 from countersign.keys import Ed25519Signer
 from countersign_cli.localmesh import LocalMesh
 from tests.stores.conftest import PostgresSchemas

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from countersign.canonical import (
     SAFE_INTEGER_MAX,
     b64url_decode,
+    b64url_decode_validated,
     b64url_encode,
     canonicalize,
     canonicalize_validated,
@@ -175,8 +177,19 @@ def test_pae_separates_payload_types() -> None:
 @given(st.binary(min_size=0, max_size=80))
 def test_base64url_round_trips_strictly(data: bytes) -> None:
     text_form = b64url_encode(data)
+    assert text_form == base64.urlsafe_b64encode(data).rstrip(b"=").decode()
     assert "=" not in text_form
     assert b64url_decode(text_form, len(data)) == data
+    # the verifier's decoder of pattern-checked text: base64's own urlsafe decode, by its C parts
+    assert b64url_decode_validated(text_form) == base64.urlsafe_b64decode(text_form + "=" * (-len(text_form) % 4))
+
+
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40), st.binary(max_size=300))
+def test_pae_is_the_dsse_encoding_for_any_payload_type(payload_type: str, payload: bytes) -> None:
+    type_bytes = payload_type.encode("utf-8")
+    expected = b"DSSEv1 %d %b %d %b" % (len(type_bytes), type_bytes, len(payload), payload)
+    assert pae(payload_type, payload) == expected
+    assert pae(payload_type, payload) == expected  # the second time from the remembered prefix
 
 
 @pytest.mark.parametrize("bad", ["AAAB", "AA==", "AA A", "AA+/", "A"])

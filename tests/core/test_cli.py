@@ -221,7 +221,7 @@ def test_version_names_the_installed_package() -> None:
 
     result = cli("--version")
     assert result.returncode == 0
-    assert result.stdout.strip() == f"countersign {version('countersign')}"
+    assert result.stdout.strip() == f"countersign {version('countersign-mesh')}"
 
 
 @pytest.mark.parametrize(

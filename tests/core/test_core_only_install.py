@@ -16,6 +16,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,9 @@ VALID = sorted((REPO_ROOT / "tests" / "vectors" / "valid").glob("*.json"))
 # What the core's two dependencies bring: their packages and cffi's compiled backend (PyNaCl's
 # compiled module loads it; cffi's Python half and pycparser are needed only to build PyNaCl).
 RUNTIME_MODULES = ("rfc8785", "nacl", "_cffi_backend")
-ABSENT = ("grpc", "grpc_status", "cryptography", "google.protobuf", "google.rpc", "psycopg", "boto3")
+ABSENT = ("grpc", "grpc_status", "cryptography", "google.protobuf", "google.rpc", "psycopg", "boto3", "msgspec")
+# The one core module of an extra (``fast``, ADR 0036): nothing imports it when msgspec is missing.
+FAST_ONLY = "countersign._compiled_parse"
 NOT_CORE = ("countersign.client", "countersign._daemon", "countersign._proto")
 
 CORE_CHECK = """
@@ -46,7 +49,9 @@ from countersign.verify import Mode, VerifierPolicy, verify_path
 
 core = [m.name for m in pkgutil.iter_modules(countersign.__path__, "countersign.") if not m.ispkg]
 for name in core:
-    importlib.import_module(name)
+    if name != FAST_ONLY:
+        importlib.import_module(name)
+from countersign.records import DECODER
 
 verdicts = {}
 for location in sys.argv[1:]:
@@ -77,7 +82,9 @@ for name in ABSENT:
         importable.append(name)
 service_roots = {a.split(".")[0] for a in ABSENT}
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in service_roots or m.startswith(NOT_CORE))
-print(json.dumps({"core": core, "verdicts": verdicts, "importable": importable, "loaded": loaded, "path": sys.path}))
+fast_loaded = FAST_ONLY in sys.modules
+print(json.dumps({"core": core, "verdicts": verdicts, "importable": importable, "loaded": loaded, "path": sys.path,
+                  "decoder": DECODER, "fast_loaded": fast_loaded}))
 """
 
 
@@ -127,7 +134,7 @@ def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 
 def test_the_core_verifies_every_valid_vector_with_rfc8785_and_pynacl_alone(core_only: Path, tmp_path: Path) -> None:
-    program = f"ABSENT = {ABSENT!r}\nNOT_CORE = {NOT_CORE!r}\n" + CORE_CHECK
+    program = f"ABSENT = {ABSENT!r}\nNOT_CORE = {NOT_CORE!r}\nFAST_ONLY = {FAST_ONLY!r}\n" + CORE_CHECK
     done = run(core_only, "-c", program, *map(str, VALID), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
@@ -137,6 +144,8 @@ def test_the_core_verifies_every_valid_vector_with_rfc8785_and_pynacl_alone(core
     assert report["verdicts"] == expected, report["verdicts"]
     assert report["importable"] == [], "the core-only environment is not core-only"
     assert report["loaded"] == [], "the core imported a service package"
+    # Without the fast extra the reference parser was chosen at import, and gave the verdicts above.
+    assert report["decoder"] == "reference (json)" and not report["fast_loaded"]
 
 
 def test_the_command_line_helps_and_verifies_offline_on_the_core(core_only: Path, tmp_path: Path) -> None:
@@ -158,17 +167,18 @@ def test_the_command_line_helps_and_verifies_offline_on_the_core(core_only: Path
 
 
 @pytest.mark.parametrize(
-    ("command", "extra"),
-    [(["pki", "init", "--out", "ca"], "grpc"), (["verifier", "serve"], "server")],
+    ("command", "extra", "first_missing"),
+    [(["pki", "init", "--out", "ca"], "grpc", "grpc"), (["verifier", "serve"], "server", "cryptography")],
     ids=["pki", "serve"],
 )
 def test_a_command_that_needs_an_extra_names_it(
-    core_only: Path, tmp_path: Path, command: list[str], extra: str
+    core_only: Path, tmp_path: Path, command: list[str], extra: str, first_missing: str
 ) -> None:
     done = run(core_only, "-m", "countersign_cli", *command, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"countersign {command[0]}: needs the '{extra}' extra (no module grpc): pip install 'countersign[{extra}]'"
+        f"countersign {command[0]}: needs the '{extra}' extra (no module {first_missing}): "
+        f"pip install 'countersign-mesh[{extra}]'"
     ], done.stderr
 
 
@@ -181,4 +191,6 @@ def test_serve_help_without_the_server_extra_helps_and_names_the_extra(
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.startswith(f"usage: countersign {daemon} serve")
     assert "--config" in done.stdout
-    assert "need the 'server' extra (no module grpc): pip install 'countersign[server]'" in done.stdout
+    # The first module missing: gRPC's, or the TLS a daemon's settings read (errors need no gRPC: ADR 0036).
+    needs = r"need the 'server' extra \(no module (grpc|cryptography)\): pip install 'countersign-mesh\[server\]'"
+    assert re.search(needs, done.stdout), done.stdout

@@ -206,6 +206,35 @@ def test_the_cache_is_bounded_and_least_recently_used_goes_first() -> None:
         PrefixCache(0)
 
 
+def test_a_stream_of_new_outputs_keeps_no_receipt_and_few_envelopes() -> None:
+    """Issue 29: every receipt was remembered as a known envelope, four per cached prefix, so a
+    verifier under a stream of new outputs (one agent path, a new receipt each time) grew to 1.5 times
+    its idle size before the bound. Receipts are seen once; the agent path's envelopes are kept."""
+    from bench.soak import new_receipts
+    from countersign.canonical import b64url_encode
+    from countersign.keys import Ed25519Signer
+
+    keys = {d: Ed25519Signer.generate() for d in DEPLOYERS}
+    registry = Registry.from_json({
+        "v": 1, "sequence": 1,
+        "deployers": {d: {"keys": [{"key_id": k.key_id, "public_key": b64url_encode(k.public_key), "added_ms": 0,
+                                    "retired_ms": None, "revoked_ms": None}]} for d, k in keys.items()},
+    })  # fmt: skip
+    cache = PrefixCache(max_entries=64)
+    output = b"benchmark output of the leaf agent\n"
+    for data in new_receipts(keys, 400):
+        path = Path.from_bytes(data, cache.known_envelope)
+        result = verify_path(
+            path, output, registry=registry, state=InMemoryState(), mode=Mode.AUDIT, now_ms=path.leaf.record.created_ms,
+            prefix_cache=cache,
+        )  # fmt: skip
+        assert result, result
+    held = list(cache._envelopes.values())
+    assert 0 < len(held) <= 32
+    assert all(envelope.record.output is None for envelope in held)
+    assert cache.hits >= 399  # every path after the first resumed from the agent path
+
+
 def parse_outcome(data: bytes, cache: PrefixCache | None) -> object:
     try:
         path = Path.from_bytes(data, None if cache is None else cache.known_envelope)

@@ -24,6 +24,7 @@ TOPICS = {
     "What a verified path proves": "6.2 Result",
     "closed reason enum": "8 Reason codes",
     "signed checkpoint": "7.5 Registry checkpoints (operator-signed freshness)",
+    "idempotency key": "21.2 Idempotent signing calls (`request_id`)",
 }
 
 

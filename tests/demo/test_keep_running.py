@@ -1,5 +1,6 @@
-"""`countersign demo --keep-running` (`make mesh`) leaves the local mesh up, so the README's
-`countersign verify --verifier` example can be tried without Docker; SIGTERM stops it cleanly."""
+"""`countersign demo --keep-running` (`make mesh`) leaves the local mesh up, prints a producer's and a
+consumer's settings ready to paste (and writes them beside the registry and the operator's key), so the
+README's `countersign verify --verifier` example can be tried without Docker; SIGTERM stops it cleanly."""
 
 from __future__ import annotations
 
@@ -48,11 +49,35 @@ def test_the_kept_mesh_verifies_remotely_and_stops_cleanly(tmp_path: Path) -> No
         assert again.returncode == 1 and "NONCE_REPLAYED" in again.stdout, again.stdout
         pids = [d["pid"] for d in mesh["daemons"].values()]
         assert len(pids) == 6 and all(_alive(pid) for pid in pids)  # deployer-c runs two signer replicas
+        work = tmp_path / "work"
+        settings = mesh["settings"]
+        assert settings["registry"] == str(work / "registry.json")
+        operator = json.loads((work / "operator.pub.json").read_text())
+        assert operator["key_id"].startswith("ed25519:")
+        # Each .env file, sourced by a POSIX shell, sets exactly its settings and clears the other way.
+        for name, expected in (("deployer-b.env", settings["producers"]["deployer-b"]),
+                               ("consumer.env", settings["consumer"]),
+                               ("consumer-offline.env", settings["consumer_offline"])):  # fmt: skip
+            sourced = subprocess.run(
+                ["sh", "-c", f". ./{name} && env"], cwd=work, capture_output=True, text=True, check=True,
+                env={"COUNTERSIGN_VERIFIER": "stale", "COUNTERSIGN_REGISTRY": "stale", "PATH": "/usr/bin:/bin"},
+            ).stdout.splitlines()  # fmt: skip
+            assigned = [line.split("=", 1) for line in sourced if line.startswith("COUNTERSIGN_")]
+            assert dict(assigned) == expected, name
+        assert settings["consumer"]["COUNTERSIGN_VERIFIER"] == mesh["daemons"]["verifier-0"]["address"]
+        assert settings["producers"]["deployer-a"]["COUNTERSIGN_SIGNER"] == mesh["daemons"]["deployer-a"]["address"]
+        replicas = [mesh["daemons"][name]["address"] for name in ("deployer-c", "deployer-c-r1")]
+        assert settings["producers"]["deployer-c"]["COUNTERSIGN_SIGNER"] == ",".join(replicas)
     finally:
         demo.send_signal(signal.SIGTERM)
         out, err = demo.communicate(timeout=60)
     assert demo.returncode == 0, out + err
     assert "SIGTERM: stopping the mesh" in out
+    # The settings printed are the files' lines, ready to paste.
+    printed = [line.strip() for line in out.splitlines() if line.startswith("  export ") or line.startswith("  unset ")]
+    files = [(tmp_path / "work" / name).read_text().splitlines() for name in ("deployer-a.env", "consumer.env")]
+    assert printed == files[0] + files[1]
+    assert "export COUNTERSIGN_MESH=" in out
     shutdown = next(line for line in out.splitlines() if line.startswith("shut down:"))
     assert shutdown.count("exit 0") == 6, shutdown
     assert not any(_alive(pid) for pid in pids)

@@ -270,12 +270,161 @@ def iam_documents_granting(module: TfModule, action: str) -> list[str]:
     return found
 
 
-def env_of(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container.get("environment", [])}
+def env_of(container: dict[str, Any], module: TfModule | None = None) -> dict[str, str]:
+    """The environment a container always gets: its literal list, or, written as
+    `concat(local.environment, local.optional_environment)`, the literal list `local.environment`
+    (the optional part is read by `optional_env_names`)."""
+    environment = container.get("environment", [])
+    if isinstance(environment, str):
+        assert module is not None, f"environment is an expression ({environment}): pass the module"
+        assert re.sub(r"\s", "", environment) == "${concat(local.environment,local.optional_environment)}", environment
+        environment = module.local("environment")
+    return {e["name"]: e["value"] for e in environment}
+
+
+def optional_env_names(module: TfModule) -> set[str]:
+    """COUNTERSIGN_* names a container gets only when an optional input is set."""
+    if "optional_environment" not in module.locals:
+        return set()
+    return set(re.findall(r"\b(COUNTERSIGN_[A-Z0-9_]+)\b", str(module.local("optional_environment"))))
 
 
 def secrets_of(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["valueFrom"] for e in container.get("secrets", [])}
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicas: rolling deployments, spread over the zones, state tables and who may use them
+# ---------------------------------------------------------------------------------------------
+
+
+def rolling_deployment_problems(service: dict[str, Any]) -> list[str]:
+    """What keeps an ECS service from replacing its tasks start-first with a rollback: the minimum
+    healthy percent must be 100 (never fewer tasks than desired, i.e. no stop-first), the maximum at
+    least 200 (a whole new set may start beside the old one), and the circuit breaker must roll back."""
+    problems = []
+    minimum = attr(service, "deployment_minimum_healthy_percent")
+    maximum = attr(service, "deployment_maximum_percent")
+    if minimum != 100:
+        problems.append(f"deployment_minimum_healthy_percent is {minimum!r}, not 100")
+    if not isinstance(maximum, int) or maximum < 200:
+        problems.append(f"deployment_maximum_percent is {maximum!r}, not at least 200")
+    breakers = blocks(service, "deployment_circuit_breaker")
+    if len(breakers) != 1 or attr(breakers[0], "enable") is not True or attr(breakers[0], "rollback") is not True:
+        problems.append("no deployment circuit breaker with rollback")
+    for controller in blocks(service, "deployment_controller"):
+        if attr(controller, "type", "ECS") != "ECS":
+            problems.append(f"deployment controller {attr(controller, 'type')!r}: the rolling update is ECS's")
+    return problems
+
+
+def spread_problems(module: TfModule, service: dict[str, Any], minimum: int) -> list[str]:
+    """What keeps an ECS Fargate service from running at least `minimum` tasks spread over the three
+    zones: its subnets must be the module's three-subnet list (Fargate spreads a service's tasks over
+    its subnets' zones; placement strategies do not exist on Fargate), rebalancing on, and its
+    desired_count the module's variable whose validation demands at least `minimum`."""
+    problems = []
+    networks = blocks(service, "network_configuration")
+    subnets = attr(networks[0], "subnets") if len(networks) == 1 else None
+    if subnets != "${var.subnet_ids}":
+        problems.append(f"subnets are {subnets!r}, not var.subnet_ids")
+    else:
+        conditions = [attr(v, "condition") for v in blocks(module.variables.get("subnet_ids", {}), "validation")]
+        if not any(re.fullmatch(r"\$\{length\(var\.subnet_ids\) ?== ?3\}", str(c)) for c in conditions):
+            problems.append("var.subnet_ids is not validated to hold exactly three subnets")
+    if attr(service, "availability_zone_rebalancing") != "ENABLED":
+        problems.append("availability_zone_rebalancing is not ENABLED")
+    desired = attr(service, "desired_count")
+    if desired != "${var.desired_count}":
+        problems.append(f"desired_count is {desired!r}, not var.desired_count")
+    else:
+        conditions = [attr(v, "condition") for v in blocks(module.variables.get("desired_count", {}), "validation")]
+        bounds = [int(m.group(1)) for c in conditions for m in [re.search(r"var\.desired_count >= (\d+)", str(c))] if m]
+        if not bounds or max(bounds) < minimum:
+            problems.append(f"var.desired_count is not validated to be at least {minimum}")
+    return problems
+
+
+def table_shape_problems(table: dict[str, Any], *, ttl: bool) -> list[str]:
+    """Differences from the table every Countersign store expects (countersign/_daemon/dynamodb.py)
+    and from the protections every table here has: pk/sk strings, on-demand, TTL on expires_at (or,
+    with ttl=False, no TTL at all), point-in-time recovery, the data key, deletion protection."""
+    problems = []
+    if attr(table, "billing_mode") != "PAY_PER_REQUEST":
+        problems.append("not on-demand")
+    keys = (attr(table, "hash_key"), attr(table, "range_key"))
+    types = {attr(a, "name"): attr(a, "type") for a in blocks(table, "attribute")}
+    if keys != ("pk", "sk") or types != {"pk": "S", "sk": "S"}:
+        problems.append(f"keys {keys} {types}, not pk/sk strings")
+    ttls = blocks(table, "ttl")
+    if ttl and not (
+        len(ttls) == 1 and attr(ttls[0], "enabled") is True and attr(ttls[0], "attribute_name") == "expires_at"
+    ):
+        problems.append("no TTL on expires_at")
+    if not ttl and ttls:
+        problems.append("has a TTL")
+    pitr = blocks(table, "point_in_time_recovery")
+    if len(pitr) != 1 or attr(pitr[0], "enabled") is not True:
+        problems.append("no point-in-time recovery")
+    sse = blocks(table, "server_side_encryption")
+    if len(sse) != 1 or attr(sse[0], "enabled") is not True or attr(sse[0], "kms_key_arn") != "${var.kms_key_arn}":
+        problems.append("not encrypted with the data key (var.kms_key_arn)")
+    if attr(table, "deletion_protection_enabled") != "${var.deletion_protection}":
+        problems.append("deletion protection is not var.deletion_protection")
+    return problems
+
+
+def dynamodb_statements(module: TfModule) -> list[tuple[str, list[str], list[str]]]:
+    """(document:sid, actions, resources) of every Allow statement granting a dynamodb: action."""
+    found = []
+    for name, body in module.data.get("aws_iam_policy_document", {}).items():
+        for st in blocks(body, "statement"):
+            actions = list(_strings(attr(st, "actions", [])))
+            if attr(st, "effect", "Allow") == "Allow" and any(
+                a.lower().startswith(("dynamodb:", "*")) for a in actions
+            ):
+                found.append((f"{name}:{attr(st, 'sid')}", actions, list(_strings(attr(st, "resources", [])))))
+    return found
+
+
+def dynamodb_grants_beyond(module: TfModule, own_table: str) -> list[str]:
+    """Statements that let the module's role use DynamoDB beyond the one table `own_table` (an
+    expression such as "${aws_dynamodb_table.state[0].arn}"): another resource, a wildcard resource
+    or action, or an index/stream of the table."""
+    return [
+        f"{where}: {actions} on {resources}"
+        for where, actions, resources in dynamodb_statements(module)
+        if resources != [own_table] or any("*" in a for a in actions)
+    ]
+
+
+_TRANSACT_PART_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                          "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}  # fmt: skip
+
+
+def dynamodb_actions_called(source: str) -> set[str]:
+    """IAM actions a store's source needs: each `self._client.<call>(` (or `client.<call>(`) as its
+    action, and the parts of its transactions as theirs (IAM has no TransactWriteItems action: each
+    Put/Update/Delete/ConditionCheck part is authorised as PutItem/UpdateItem/DeleteItem/ConditionCheckItem)."""
+    actions = set()
+    for call in re.findall(r"\b_?client\.([a-z_]+)\(", source):
+        if call in ("transact_write_items", "transact_get_items", "close", "get_waiter"):
+            continue
+        actions.add("dynamodb:" + "".join(part.capitalize() for part in call.split("_")))
+    for part in re.findall(r'\{\s*"(Put|Update|Delete|ConditionCheck|Get)"\s*:', source):
+        actions.add("dynamodb:" + _TRANSACT_PART_ACTIONS[part])
+    return actions
+
+
+def python_function_source(path: Path, name: str) -> str:
+    """Source text of the top-level function `name` in a Python file."""
+    import ast
+
+    text = path.read_text()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_source_segment(text, node) or ""
+    raise AssertionError(f"{path}: no function {name}")
 
 
 def variables_missing_descriptions(module: TfModule) -> list[str]:
@@ -326,7 +475,15 @@ def checks(hcl2: Any) -> SimpleNamespace:
         principals_allowed=principals_allowed,
         iam_documents_granting=iam_documents_granting,
         env_of=env_of,
+        optional_env_names=optional_env_names,
         secrets_of=secrets_of,
+        rolling_deployment_problems=rolling_deployment_problems,
+        spread_problems=spread_problems,
+        table_shape_problems=table_shape_problems,
+        dynamodb_statements=dynamodb_statements,
+        dynamodb_grants_beyond=dynamodb_grants_beyond,
+        dynamodb_actions_called=dynamodb_actions_called,
+        python_function_source=python_function_source,
         variables_missing_descriptions=variables_missing_descriptions,
         checkov_skips=checkov_skips,
     )

@@ -29,6 +29,7 @@ CONFIG_CLASSES = {
 # Variables read outside the dataclasses: the PostgreSQL passwords (a constant PASSWORD_ENV in each store).
 PASSWORD_SOURCES = {
     "coordinator": "coordinator/postgres_store.py",
+    "signer": "signer/stores/postgres.py",
     "verifier": "verifier/stores/postgres.py",
 }
 # Variables for libraries rather than for countersign.
@@ -93,15 +94,16 @@ def settings_of(daemon: str) -> Settings:
 SETTINGS = {daemon: settings_of(daemon) for daemon in CONFIG_CLASSES}
 
 
-def container_names(tf: Any, checks: Any, daemon: str) -> tuple[dict[str, str], set[str]]:
-    """(environment name -> value, names of secrets) of the daemon's container definition."""
+def container_names(tf: Any, checks: Any, daemon: str) -> tuple[dict[str, str], set[str], set[str]]:
+    """(environment name -> value, names of secrets, names set only when an optional input is) of
+    the daemon's container definition."""
     module = tf.module(daemon)
     container = module.local("container")
-    env = checks.env_of(container)
+    env = checks.env_of(container, module)
     secret_names = set(module.local("tls_secret_keys"))
     if "password_secrets" in module.locals:
         secret_names |= set(re.findall(r"\b(COUNTERSIGN_[A-Z0-9_]+)\b", str(module.local("password_secrets"))))
-    return env, secret_names
+    return env, secret_names, checks.optional_env_names(module)
 
 
 def test_settings_are_read_from_the_sources() -> None:
@@ -110,21 +112,24 @@ def test_settings_are_read_from_the_sources() -> None:
     assert {"COUNTERSIGN_SIGNER_KEY", "COUNTERSIGN_STATE_URL", "COUNTERSIGN_REGISTRY_CACHE"} <= SETTINGS["signer"].names
     assert {"COUNTERSIGN_STORE_URL", "COUNTERSIGN_STORE_PASSWORD"} <= SETTINGS["verifier"].names
     assert "COUNTERSIGN_LOG_STORE_PASSWORD" in SETTINGS["coordinator"].passwords
+    assert "COUNTERSIGN_SIGNER_STATE_PASSWORD" in SETTINGS["signer"].passwords
+    assert {"COUNTERSIGN_COMMIT_BATCH", "COUNTERSIGN_DECIDE_ATTEMPTS"} <= SETTINGS["signer"].names
+    assert "COUNTERSIGN_REFRESH_MS" in SETTINGS["coordinator"].names
     assert {"COUNTERSIGN_TLS_CERT_PEM", "COUNTERSIGN_TLS_CA"} <= set(SETTINGS["signer"].tls)
     assert SETTINGS["signer"].required() >= {"COUNTERSIGN_DEPLOYER", "COUNTERSIGN_REGISTRY_CACHE"}
 
 
 @pytest.mark.parametrize("daemon", sorted(CONFIG_CLASSES))
 def test_container_environment_names_are_settings_the_code_knows(tf: Any, checks: Any, daemon: str) -> None:
-    env, secret_names = container_names(tf, checks, daemon)
+    env, secret_names, optional = container_names(tf, checks, daemon)
     known = SETTINGS[daemon].names
-    unknown = sorted(n for n in (set(env) | secret_names) if n not in known and n not in OTHER_ALLOWED)
+    unknown = sorted(n for n in (set(env) | secret_names | optional) if n not in known and n not in OTHER_ALLOWED)
     assert unknown == [], f"{daemon}: the daemon reads no such setting: {unknown}"
 
 
 @pytest.mark.parametrize("daemon", sorted(CONFIG_CLASSES))
 def test_container_environment_sets_every_required_setting(tf: Any, checks: Any, daemon: str) -> None:
-    env, secret_names = container_names(tf, checks, daemon)
+    env, secret_names, _ = container_names(tf, checks, daemon)
     given = set(env) | secret_names
     settings = SETTINGS[daemon]
     missing = sorted(settings.required() - given)

@@ -1,7 +1,8 @@
 """The external tools over infra/terraform: terraform fmt; Terraform's own evaluation of the
 variable validations and of the locals that decide the signer-to-signer paths (offline: a
 configuration made only of variables and locals needs no provider); checkov with zero failed
-checks."""
+checks; and, where an AWS provider is installed locally, `terraform validate` and `terraform test`
+(infra/terraform/tests, a mocked provider: no account, no credentials) of the whole configuration."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ BAD_INPUTS = {
     "ipv6-world-metrics": ({"metrics_cidr_blocks": ["::/0"]}, "metrics_cidr_blocks must be IPv4"),
     "host-bits-metrics": ({"metrics_cidr_blocks": ["10.60.0.1/24"]}, "metrics_cidr_blocks must be IPv4"),
     "world-runtime": (
-        {"deployers": {"deployer-a": {"zone_index": 0, "runtime_cidr_blocks": ["0.0.0.0/0"]}}},
+        {"deployers": {"deployer-a": {"runtime_cidr_blocks": ["0.0.0.0/0"]}}},
         "runtime_cidr_blocks must be IPv4",
     ),
     "two-zones": ({"availability_zones": ["eu-west-1a", "eu-west-1b"]}, "exactly three distinct"),
@@ -107,11 +108,24 @@ BAD_INPUTS = {
         {"availability_zones": ["us-east-1a", "eu-west-1b", "eu-west-1c"]},
         "must belong to var.region",
     ),
-    "bad-deployer-id": ({"deployers": {"Deployer_A": {"zone_index": 0}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
-    "deployer-id-too-long": ({"deployers": {"a" * 64: {"zone_index": 0}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
-    "zone-index-3": ({"deployers": {"deployer-a": {"zone_index": 3}}}, "zone_index must be 0, 1 or 2"),
+    "bad-deployer-id": ({"deployers": {"Deployer_A": {}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
+    "deployer-id-too-long": ({"deployers": {"a" * 64: {}}}, "must match ^[a-z0-9][a-z0-9._-]{0,62}$"),
+    "signer-in-one-zone": ({"deployers": {"deployer-a": {"zone_index": 0}}}, "zone_index is no longer used"),
+    "two-signer-replicas": (
+        {"deployers": {"deployer-a": {"desired_count": 2}}},
+        "desired_count must be an integer from 3 to 60",
+    ),
+    "fractional-signer-replicas": (
+        {"deployers": {"deployer-a": {"desired_count": 3.5}}},
+        "desired_count must be an integer from 3 to 60",
+    ),
+    "commit-batch-0": ({"deployers": {"deployer-a": {"commit_batch": 0}}}, "commit_batch must be an integer from 1"),
+    "decide-attempts-101": (
+        {"deployers": {"deployer-a": {"decide_attempts": 101}}},
+        "decide_attempts must be an integer from 1 to 100",
+    ),
     "unknown-child": (
-        {"deployers": {"deployer-a": {"zone_index": 0, "allowed_children": ["deployer-z"]}}},
+        {"deployers": {"deployer-a": {"allowed_children": ["deployer-z"]}}},
         "allowed_children may only name other deployers",
     ),
     "prefixed-operator-key": (
@@ -128,7 +142,18 @@ BAD_INPUTS = {
     ),
     "image-elsewhere": ({"image": "docker.io/library/countersign:1.0"}, "image must be an ECR image URI"),
     "postgres-store-without-postgres": ({"nonce_store_backend": "postgresql"}, "needs enable_postgres = true"),
+    "postgres-registry-without-postgres": (
+        {"registry_store_backend": "postgresql"},
+        "registry_store_backend = 'postgresql' needs enable_postgres = true",
+    ),
+    "postgres-signer-state-without-postgres": (
+        {"signer_state_backend": "postgresql"},
+        "signer_state_backend = 'postgresql' needs enable_postgres = true",
+    ),
+    "efs-registry": ({"registry_store_backend": "efs"}, "registry_store_backend must be 'dynamodb' or 'postgresql'"),
     "two-verifiers": ({"verifier_count": 2}, "verifier_count must be an integer from 3"),
+    "one-coordinator": ({"coordinator_count": 1}, "coordinator_count must be an integer from 2 to 10"),
+    "refresh-5ms": ({"coordinator_refresh_ms": 5}, "coordinator_refresh_ms must be an integer from 10"),
     "short-log-retention": ({"log_retention_days": 30}, "at least 365 days"),
 }
 
@@ -314,8 +339,10 @@ def _security_inputs(deployers: dict[str, Any], edges: list[dict[str, str]], met
         "endpoint_security_group_id": "sg-endpoints",
         "s3_prefix_list_id": "pl-s3",
         "dynamodb_prefix_list_id": "pl-ddb",
-        "registry_backend": "efs",
+        "postgres_enabled": False,
+        "registry_store_backend": "dynamodb",
         "nonce_store_backend": "dynamodb",
+        "signer_state_backend": "dynamodb",
     }
 
 
@@ -327,9 +354,9 @@ def test_signer_paths_follow_the_declared_delegation_edges(terraform_bin: str, t
         "image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/countersign:1.2.3",
         "operator_public_key": "A" * 43,
         "deployers": {
-            "planner": {"zone_index": 0, "allowed_children": ["researcher"], "runtime_cidr_blocks": ["10.1.0.0/24"]},
-            "researcher": {"zone_index": 1, "runtime_security_group_ids": ["sg-0123456789abcdef0"]},
-            "writer.v2": {"zone_index": 2},
+            "planner": {"allowed_children": ["researcher"], "runtime_cidr_blocks": ["10.1.0.0/24"]},
+            "researcher": {"runtime_security_group_ids": ["sg-0123456789abcdef0"]},
+            "writer.v2": {},
         },
     }
     root = _root_locals(terraform_bin, tmp_path / "root", tfvars)
@@ -366,3 +393,70 @@ def test_example_delegation_edges(terraform_bin: str, hcl2: Any, tmp_path: Path)
     inputs = _security_inputs(example["deployers"], root["delegation_edges"], example["metrics_cidr_blocks"])
     security = _security_locals(terraform_bin, tmp_path / "security", inputs)
     assert set(security["signer_flows"]) == {f"{a}->{b}" for a, b in pairs} | {f"{b}->{a}" for a, b in pairs}
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole configuration against a locally installed AWS provider: `terraform validate` and
+# `terraform test` with a mocked provider (infra/terraform/tests/*.tftest.hcl). The registry is out
+# of reach here, so the provider comes from a local plugin directory (INFRA_TF_PLUGIN_DIR, default
+# /opt/tf-plugins), whatever version it holds; the copy under test accepts that version, and a
+# provider older than 6 (which predates ECC_NIST_EDWARDS25519) gets ECC_NIST_P256 as the signing
+# keys' spec, the only change. With registry access run `terraform test` in infra/terraform itself.
+# ---------------------------------------------------------------------------------------------
+
+PLUGIN_DIR = Path(os.environ.get("INFRA_TF_PLUGIN_DIR", "/opt/tf-plugins"))
+
+
+def _local_aws_provider() -> tuple[int, ...] | None:
+    found = sorted(
+        tuple(int(x) for x in p.parent.parent.name.split("."))
+        for p in PLUGIN_DIR.glob("registry.terraform.io/hashicorp/aws/*/linux_*/terraform-provider-aws*")
+        if re.fullmatch(r"\d+\.\d+\.\d+", p.parent.parent.name)
+    )
+    return found[-1] if found else None
+
+
+@pytest.fixture(scope="module")
+def with_provider(terraform_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    version = _local_aws_provider()
+    if version is None:
+        pytest.skip(f"no hashicorp/aws provider under {PLUGIN_DIR}: run `terraform test` in infra/terraform elsewhere")
+    workdir = tmp_path_factory.mktemp("tf-provider") / "terraform"
+    shutil.copytree(TF_DIR, workdir, ignore=shutil.ignore_patterns(".terraform", "*.tfstate*", ".terraform.lock.hcl"))
+    for versions in workdir.rglob("versions.tf"):
+        text = re.sub(r'(\n\s*version\s*=\s*)"[^"]*"', r'\1">= 5.0.0, < 7.0.0"', versions.read_text())
+        versions.write_text(text)
+    if version < (6,):
+        signer = workdir / "modules" / "signer" / "main.tf"
+        text = signer.read_text()
+        assert text.count('"ECC_NIST_EDWARDS25519"') == 1
+        signer.write_text(text.replace('"ECC_NIST_EDWARDS25519"', '"ECC_NIST_P256"'))
+    result = _run(
+        [terraform_bin, "init", "-backend=false", "-input=false", "-no-color", f"-plugin-dir={PLUGIN_DIR}"],
+        cwd=workdir,
+        env=_tf_env(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return workdir
+
+
+def test_terraform_validate_with_a_local_provider(terraform_bin: str, with_provider: Path) -> None:
+    result = _run([terraform_bin, "validate", "-no-color"], cwd=with_provider, env=_tf_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "The configuration is valid" in result.stdout
+
+
+@pytest.mark.parametrize("tfvars", [EXAMPLE_TFVARS, ALL_FEATURES_TFVARS], ids=["example", "all-features"])
+def test_terraform_test_with_a_mocked_provider(terraform_bin: str, with_provider: Path, tfvars: Path) -> None:
+    """Terraform evaluates the whole configuration with these inputs and applies it to a mocked AWS:
+    each deployer's own state store and address, three replicas over three subnets rolled start-first,
+    the task role's table statements naming its own table only (infra/terraform/tests)."""
+    inputs = with_provider / f"inputs-{tfvars.name.replace('.', '-')}.tfvars"
+    shutil.copy(tfvars, inputs)
+    result = _run(
+        [terraform_bin, "test", "-no-color", f"-var-file={inputs.name}"], cwd=with_provider, env=_tf_env(), timeout=600
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert re.search(r"Success! (\d+) passed, 0 failed", output), output[-2000:]
+    assert int(re.search(r"Success! (\d+) passed", output).group(1)) >= 2

@@ -40,10 +40,12 @@ PORTS = {
 
 def norm(expr: str) -> str:
     """An expression as the parser renders it, without its formatting quirks: it drops spaces,
-    writes strings with single quotes, nests "'${x}'" inside lists and spells booleans True/False."""
+    writes strings with single quotes, nests "'${x}'" inside lists and spells booleans True/False
+    and null None."""
     expr = re.sub(r"'\$\{([^{}]*)\}'", r"\1", str(expr))
     expr = expr.replace("'", '"')
     expr = re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", expr))
+    expr = re.sub(r"\bNone\b", "null", expr)
     return re.sub(r"\s+", "", expr)
 
 
@@ -202,8 +204,10 @@ def test_signer_module_is_instantiated_once_per_deployer(tf: Any, checks: Any) -
     assert ref(checks.attr(task_def, "execution_role_arn")) == "aws_iam_role.execution.arn"
     role = signer.resource("aws_iam_role", "signer")
     assert "count" not in role and "for_each" not in role
+    # One service per deployer (its replicas are its tasks).
+    assert list(signer.resources_of("aws_ecs_service")) == ["signer"]
     service = signer.resource("aws_ecs_service", "signer")
-    assert checks.attr(service, "desired_count") == 1
+    assert "count" not in service and "for_each" not in service
 
 
 def test_every_signing_key_is_ed25519_sign_verify(tf: Any, checks: Any) -> None:
@@ -292,9 +296,9 @@ def test_one_signer_key_output_per_deployer(tf: Any, checks: Any) -> None:
 
 
 def test_nonce_table_ttl_keys_pitr_encryption(tf: Any, checks: Any) -> None:
-    tables = [(m, n, b) for m, mod in tf.all_modules() for n, b in mod.resources_of("aws_dynamodb_table").items()]
-    assert [(m, n) for m, n, _ in tables] == [("nonce_store", "nonces")]
-    table = tables[0][2]
+    tables = tf.module("nonce_store").resources_of("aws_dynamodb_table")
+    assert list(tables) == ["nonces"]
+    table = tables["nonces"]
     assert checks.attr(table, "billing_mode") == "PAY_PER_REQUEST"
     assert checks.attr(table, "hash_key") == "pk"
     assert checks.attr(table, "range_key") == "sk"
@@ -311,6 +315,207 @@ def test_nonce_table_ttl_keys_pitr_encryption(tf: Any, checks: Any) -> None:
     assert checks.attr(sse, "enabled") is True
     assert ref(checks.attr(sse, "kms_key_arn")) == "var.kms_key_arn"
     assert ref(checks.attr(tf.root.module_calls["nonce_store"], "kms_key_arn")) == "module.encryption.key_arn"
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicas: signers and coordinators over shared state, spread over the zones, rolled start-first
+# ---------------------------------------------------------------------------------------------
+
+REPO_ROOT = TF_DIR.parents[1]
+
+
+def _services(tf: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(m, n, b) for m, mod in tf.all_modules() for n, b in mod.resources_of("aws_ecs_service").items()]
+
+
+def _cloud_map_reaches_every_task(checks: Any, module: Any, service: dict[str, Any], discovery: str) -> None:
+    (registry,) = checks.blocks(service, "service_registries")
+    assert ref(checks.attr(registry, "registry_arn")) == f"aws_service_discovery_service.{discovery}.arn"
+    body = module.resource("aws_service_discovery_service", discovery)
+    (dns,) = checks.blocks(body, "dns_config")
+    # MULTIVALUE: one A record per healthy task (up to eight per answer), not one chosen task.
+    assert checks.attr(dns, "routing_policy") == "MULTIVALUE"
+    assert [checks.attr(r, "type") for r in checks.blocks(dns, "dns_records")] == ["A"]
+    assert checks.blocks(body, "health_check_custom_config")
+
+
+def test_signer_replicas_spread_over_the_three_zones(tf: Any, checks: Any) -> None:
+    signer = tf.module("signer")
+    service = signer.resource("aws_ecs_service", "signer")
+    assert checks.spread_problems(signer, service, 3) == []
+    call = tf.root.module_calls["signer"]
+    assert ref(checks.attr(call, "subnet_ids")) == "module.network.private_subnet_ids"
+    assert ref(checks.attr(call, "desired_count")) == "each.value.desired_count"
+    deployers = tf.root.variables["deployers"]
+    assert '"desired_count": optional(number, 3)' in Expr(checks.attr(deployers, "type"))
+    conditions = [checks.attr(v, "condition") for v in checks.blocks(deployers, "validation")]
+    assert any("d.desired_count >= 3" in Expr(c) for c in conditions)
+    # zone_index (one zone per signer) is refused, not silently ignored, and nothing reads it.
+    assert any("d.zone_index == null" in Expr(c) for c in conditions)
+    assert "zone_index" not in (TF_DIR / "main.tf").read_text()
+    # Runtimes and peer signers reach all the replicas under the deployer's one name.
+    _cloud_map_reaches_every_task(checks, signer, service, "signer")
+    assert checks.attr(signer.resource("aws_service_discovery_service", "signer"), "name") == "${var.deployer_slug}"
+
+
+def test_two_coordinators_over_one_log_across_zones(tf: Any, checks: Any) -> None:
+    coordinator = tf.module("coordinator")
+    service = coordinator.resource("aws_ecs_service", "coordinator")
+    assert checks.spread_problems(coordinator, service, 2) == []
+    call = tf.root.module_calls["coordinator"]
+    assert ref(checks.attr(call, "subnet_ids")) == "module.network.private_subnet_ids"
+    assert ref(checks.attr(call, "desired_count")) == "var.coordinator_count"
+    count = tf.root.variables["coordinator_count"]
+    assert checks.attr(count, "default") == 2
+    assert any(
+        "var.coordinator_count >= 2" in Expr(checks.attr(v, "condition")) for v in checks.blocks(count, "validation")
+    )
+    # Followers (signers and verifiers) name one DNS name that resolves to every coordinator task.
+    _cloud_map_reaches_every_task(checks, coordinator, service, "coordinator")
+    assert checks.attr(coordinator.resource("aws_service_discovery_service", "coordinator"), "name") == "coordinator"
+    assert tf.root.local("coordinator_address").startswith("coordinator.${var.service_discovery_namespace}:")
+    for follower in ("signer", "verifier"):
+        assert ref(checks.attr(tf.root.module_calls[follower], "coordinator_address")) == "local.coordinator_address"
+    # One shared log: every replica's log_store names the same table (or the same schema).
+    assert "sqlite" not in local_expr(coordinator, "log_store")
+
+
+def test_services_roll_start_first_with_rollback(tf: Any, checks: Any) -> None:
+    """No stop-first deployment anywhere: every service keeps 100 % of its tasks while new ones start."""
+    services = _services(tf)
+    assert {(m, n) for m, n, _ in services} == {
+        ("coordinator", "coordinator"),
+        ("signer", "signer"),
+        ("verifier", "verifier"),
+    }
+    for m, n, body in services:
+        assert checks.rolling_deployment_problems(body) == [], (m, n)
+
+
+def test_one_state_table_per_deployer(tf: Any, checks: Any) -> None:
+    signer = tf.module("signer")
+    assert ref(checks.attr(tf.root.module_calls["signer"], "for_each")) == "var.deployers"
+    tables = signer.resources_of("aws_dynamodb_table")
+    assert list(tables) == ["state"]
+    table = tables["state"]
+    # At most one inside each instance of the module: DynamoDB unless the state is on PostgreSQL.
+    assert "for_each" not in table
+    assert ref(checks.attr(table, "count")) == "local.on_dynamodb ? 1 : 0"
+    assert ref(signer.local("on_dynamodb")) == 'var.state_backend == "dynamodb"'
+    assert checks.attr(tf.root.variables["signer_state_backend"], "default") == "dynamodb"
+    assert ref(checks.attr(tf.root.module_calls["signer"], "state_backend")) == "var.signer_state_backend"
+    # Named after the deployer (slugs are validated distinct), so two deployers never share one.
+    assert "${var.deployer_slug}" in checks.attr(table, "name")
+    assert checks.table_shape_problems(table, ttl=True) == []
+    assert ref(checks.attr(tf.root.module_calls["signer"], "deletion_protection")) == "var.deletion_protection"
+    # The root declares no table of its own that signers could share.
+    assert not tf.root.resources_of("aws_dynamodb_table")
+
+
+def test_every_table_has_the_store_shape_and_protections(tf: Any, checks: Any) -> None:
+    expected = {("nonce_store", "nonces"): True, ("signer", "state"): True, ("coordinator", "registry"): False}
+    tables = {(m, n): b for m, mod in tf.all_modules() for n, b in mod.resources_of("aws_dynamodb_table").items()}
+    assert set(tables) == set(expected)
+    for where, ttl in expected.items():
+        # The registry log never expires: its table has no TTL at all.
+        assert checks.table_shape_problems(tables[where], ttl=ttl) == [], where
+    registry = tf.module("coordinator").resource("aws_dynamodb_table", "registry")
+    assert ref(checks.attr(registry, "count")) == "local.on_dynamodb ? 1 : 0"
+    assert checks.attr(tf.root.variables["registry_store_backend"], "default") == "dynamodb"
+
+
+def test_each_signer_role_reaches_only_its_own_table(tf: Any, checks: Any) -> None:
+    signer = tf.module("signer")
+    own = "${aws_dynamodb_table.state[0].arn}"
+    statements = checks.dynamodb_statements(signer)
+    assert [where for where, _, _ in statements] == ["task_state_table:OwnStateTableItems"]
+    assert checks.dynamodb_grants_beyond(signer, own) == []
+    # That document is attached to the signer's task role, the role its tasks run as; the module
+    # attaches nothing else that could widen it.
+    attached = signer.resource("aws_iam_role_policy", "task_state_table")
+    assert ref(checks.attr(attached, "role")) == "aws_iam_role.signer.id"
+    assert ref(checks.attr(attached, "policy")) == "data.aws_iam_policy_document.task_state_table[0].json"
+    assert not signer.resources_of("aws_iam_role_policy_attachment")
+    assert not signer.resources_of("aws_iam_policy")
+    for name, body in signer.resources_of("aws_iam_role_policy").items():
+        if ref(checks.attr(body, "role")) == "aws_iam_role.signer.id":
+            assert name == "task_state_table", f"{name} widens the signer task role"
+    # No other module is handed a signer's table, and their own grants stay on their own tables.
+    for call_name, body in tf.root.module_calls.items():
+        if call_name != "signer":
+            assert "module.signer" not in str(body), call_name
+    assert checks.dynamodb_grants_beyond(tf.module("coordinator"), "${aws_dynamodb_table.registry[0].arn}") == []
+    assert checks.dynamodb_grants_beyond(tf.module("verifier"), "${var.nonce_table_arn}") == []
+    # Table encryption through DynamoDB only.
+    (kms,) = [
+        st
+        for st in checks.blocks(signer.data["aws_iam_policy_document"]["task_state_table"], "statement")
+        if any(a.startswith("kms:") for a in checks.attr(st, "actions"))
+    ]
+    (condition,) = checks.blocks(kms, "condition")
+    assert checks.attr(condition, "variable") == "kms:ViaService"
+    assert checks.attr(condition, "values") == ["dynamodb.${var.region}.amazonaws.com"]
+
+
+def _store_actions(checks: Any, path: str) -> set[str]:
+    describe = checks.python_function_source(REPO_ROOT / "countersign/_daemon/dynamodb.py", "check_table")
+    return checks.dynamodb_actions_called((REPO_ROOT / path).read_text() + describe)
+
+
+@pytest.mark.parametrize(
+    "module, document, store",
+    [
+        ("signer", "task_state_table", "signer/stores/dynamodb.py"),
+        ("coordinator", "task_registry_table", "coordinator/dynamodb_store.py"),
+    ],
+)
+def test_table_permissions_are_exactly_the_stores_calls(
+    tf: Any, checks: Any, module: str, document: str, store: str
+) -> None:
+    """Least privilege that keeps up with the code: the role may make exactly the DynamoDB calls its
+    store makes (a new call in the store fails here until the policy grants it)."""
+    (granted,) = [
+        actions for where, actions, _ in checks.dynamodb_statements(tf.module(module)) if where.startswith(document)
+    ]
+    assert set(granted) == _store_actions(checks, store)
+
+
+def test_verifier_permissions_cover_its_store_calls(tf: Any, checks: Any) -> None:
+    source = (REPO_ROOT / "verifier/stores/dynamodb.py").read_text()
+    own_calls = "\n".join(re.findall(r"self\._client\.[a-z_]+\(", source))
+    parts = "\n".join(re.findall(r'\{\s*"(?:Put|Update|Delete|ConditionCheck|Get)"\s*:', source))
+    needed = checks.dynamodb_actions_called(own_calls + "\n" + parts)
+    granted = {a for _, actions, _ in checks.dynamodb_statements(tf.module("verifier")) for a in actions}
+    assert needed and needed <= granted, needed - granted
+
+
+def test_signer_state_on_postgresql_is_per_deployer(tf: Any, checks: Any) -> None:
+    signer = tf.module("signer")
+    # Its own database and login role (one name), from the deployer's id; its own password secret.
+    assert ref(signer.local("postgres_name")) == '"countersign_signer_${replace(local.short_id, "-", "_")}"'
+    secret = signer.resource("aws_secretsmanager_secret", "state_password")
+    assert "${var.deployer_id}" in checks.attr(secret, "name")
+    assert ref(checks.attr(secret, "count")) == "local.on_dynamodb ? 0 : 1"
+    execution = signer.data["aws_iam_policy_document"]["execution"]
+    (reads,) = [st for st in checks.blocks(execution, "statement") if checks.attr(st, "sid") == "ReadOwnSecrets"]
+    resources = Expr(checks.attr(reads, "resources"))
+    assert "aws_secretsmanager_secret.tls.arn" in resources
+    assert "aws_secretsmanager_secret.state_password[0].arn" in resources
+    assert "var.postgres.password_secret" not in resources, "the master password is not the signer's"
+    # The network path: each signer's group to the database, only when its state is there.
+    security = tf.module("security")
+    rule = security.resource("aws_vpc_security_group_ingress_rule", "postgres_from_signer")
+    assert ref(checks.attr(rule, "referenced_security_group_id")) == "aws_security_group.signer[each.key].id"
+    assert "local.signers_on_postgres" in ref(checks.attr(rule, "for_each"))
+
+
+def test_no_shared_file_system_holds_state(tf: Any, checks: Any) -> None:
+    """Replicas on several hosts share state through DynamoDB or PostgreSQL, never a file on EFS."""
+    for name, module in tf.all_modules():
+        efs = [rtype for rtype in module.resources if rtype.startswith("aws_efs_")]
+        assert efs == [], f"{name}: {efs}"
+        for tname, body in module.resources_of("aws_ecs_task_definition").items():
+            assert "efs_volume_configuration" not in str(body), f"{name}: {tname}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,8 +657,6 @@ def test_security_groups_are_attached(tf: Any, checks: Any) -> None:
             "network_configuration.security_groups",
         ),
         ("signer", "security_group_id"): ("aws_ecs_service", "signer", "network_configuration.security_groups"),
-        ("coordinator", "efs_security_group_id"): ("aws_efs_mount_target", "registry", "security_groups"),
-        ("signer", "efs_security_group_id"): ("aws_efs_mount_target", "state", "security_groups"),
         ("postgres", "security_group_id"): ("aws_db_instance", "this", "vpc_security_group_ids"),
     }
     for output in security_outputs:
@@ -529,9 +732,6 @@ def test_encryption_at_rest_everywhere(tf: Any, checks: Any) -> None:
         for name, body in module.resources_of("aws_secretsmanager_secret").items():
             assert checks.attr(body, "kms_key_id"), f"{mname}: secret {name}"
             seen["secret"] = seen.get("secret", 0) + 1
-        for name, body in module.resources_of("aws_efs_file_system").items():
-            assert checks.attr(body, "encrypted") is True and checks.attr(body, "kms_key_id"), f"{mname}: efs {name}"
-            seen["efs"] = 1
         for name, body in module.resources_of("aws_db_instance").items():
             assert checks.attr(body, "storage_encrypted") is True, name
             for key in ("kms_key_id", "performance_insights_kms_key_id", "master_user_secret_kms_key_id"):
@@ -544,19 +744,11 @@ def test_encryption_at_rest_everywhere(tf: Any, checks: Any) -> None:
         for name, body in module.resources_of("aws_dynamodb_table").items():
             (sse,) = checks.blocks(body, "server_side_encryption")
             assert checks.attr(sse, "enabled") is True and checks.attr(sse, "kms_key_arn"), name
-            seen["dynamodb"] = 1
-        if module.resources_of("aws_efs_mount_target"):
-            seen["efs_mount"] = 1
-        for name, body in module.resources_of("aws_ecs_task_definition").items():
-            for volume in checks.blocks(body, "volume"):
-                for efs in checks.blocks(volume, "efs_volume_configuration"):
-                    assert checks.attr(efs, "transit_encryption") == "ENABLED", name
-            for volume in checks.blocks(body, "dynamic"):
-                for content in checks.blocks(volume.get("volume", {}), "content"):
-                    for efs in checks.blocks(content, "efs_volume_configuration"):
-                        assert checks.attr(efs, "transit_encryption") == "ENABLED", name
-    assert seen.get("log_group", 0) >= 6 and seen.get("secret", 0) == 3
-    assert {"efs", "rds", "ecr", "dynamodb"} <= set(seen)
+            seen["dynamodb"] = seen.get("dynamodb", 0) + 1
+    # TLS of coordinator, verifier and signer; the signer's PostgreSQL password.
+    assert seen.get("log_group", 0) >= 6 and seen.get("secret", 0) == 4
+    assert seen.get("dynamodb") == 3  # nonces, registry log, signer state
+    assert {"rds", "ecr"} <= set(seen)
     data_key = tf.module("encryption").resource("aws_kms_key", "data")
     assert checks.attr(data_key, "enable_key_rotation") is True
 
@@ -625,7 +817,7 @@ def test_container_runs_countersign_daemon_serve(tf: Any, checks: Any, daemon: s
     secrets_expr = Expr(container["secrets"])
     assert "for env_name, json_key in local.tls_secret_keys" in secrets_expr
     assert "${aws_secretsmanager_secret.tls.arn}:${json_key}::" in secrets_expr
-    env = checks.env_of(container)
+    env = checks.env_of(container, tf.module(daemon))
     for name in env:
         assert not re.search(r"PASSWORD|SECRET|TOKEN|_PEM$", name), f"{daemon}: {name} must be a secret"
     for value in env.values():
@@ -635,7 +827,7 @@ def test_container_runs_countersign_daemon_serve(tf: Any, checks: Any, daemon: s
 def test_signer_environment(tf: Any, checks: Any) -> None:
     signer = tf.module("signer")
     container = _container(tf, "signer")
-    env = checks.env_of(container)
+    env = checks.env_of(container, signer)
     assert env["COUNTERSIGN_SIGNER_KEY"] == "awskms:${aws_kms_key.signer.arn}"
     assert env["COUNTERSIGN_DEPLOYER"] == "${var.deployer_id}"
     assert env["COUNTERSIGN_COORDINATOR"] == "${var.coordinator_address}"
@@ -644,24 +836,28 @@ def test_signer_environment(tf: Any, checks: Any) -> None:
     # The parent's address travels in each AcceptDelegation request: no peer list.
     assert not any("PEER" in name for name in env)
     assert "peer_addresses" not in signer.variables
-    # Grants, issued records, child counts and the registry copy survive restarts: they live on the
-    # signer's own EFS volume, mounted where the state URL and the registry cache point.
-    state_dir = signer.local("state_dir")
-    assert env["COUNTERSIGN_STATE_URL"] == "sqlite:///${local.state_dir}/signer.db"
-    assert env["COUNTERSIGN_REGISTRY_CACHE"] == "${local.state_dir}/registry.json"
-    assert state_dir.startswith("/var/lib/countersign/")
+    # Every replica names the same shared state: the deployer's own table (or database).
+    assert env["COUNTERSIGN_STATE_URL"] == "${local.state_url}"
+    state_url = local_expr(signer, "state_url")
+    assert '"dynamodb://${aws_dynamodb_table.state[0].name}?region=${var.region}"' in state_url
+    assert (
+        "postgresql://${local.postgres_name}@" in state_url and "/${local.postgres_name}?sslmode=require" in state_url
+    )
+    password = local_expr(signer, "password_secrets")
+    assert "COUNTERSIGN_SIGNER_STATE_PASSWORD" in password
+    assert "${aws_secretsmanager_secret.state_password[0].arn}:password::" in password
+    # Each replica's registry copy is its own, in task storage (replicas must not share the file).
+    assert env["COUNTERSIGN_REGISTRY_CACHE"] == "${local.registry_cache_dir}/registry.json"
     mounts = {m["sourceVolume"]: m["containerPath"] for m in container["mountPoints"]}
-    assert mounts["state"] == "${local.state_dir}"
+    assert mounts == {"tmp": "/tmp", "registry-cache": "${local.registry_cache_dir}"}
     task_def = signer.resource("aws_ecs_task_definition", "signer")
-    (volume,) = [v for v in checks.blocks(task_def, "volume") if checks.attr(v, "name") == "state"]
-    (efs,) = checks.blocks(volume, "efs_volume_configuration")
-    assert ref(checks.attr(efs, "file_system_id")) == "aws_efs_file_system.state.id"
-    assert checks.attr(efs, "transit_encryption") == "ENABLED"
-    (auth,) = checks.blocks(efs, "authorization_config")
-    assert checks.attr(auth, "iam") == "ENABLED"
-    assert ref(checks.attr(auth, "access_point_id")) == "aws_efs_access_point.state.id"
-    (mount_target,) = signer.resources_of("aws_efs_mount_target").values()
-    assert ref(checks.attr(mount_target, "subnet_id")) == "var.subnet_id"
+    volumes = checks.blocks(task_def, "volume")
+    assert sorted(checks.attr(v, "name") for v in volumes) == ["registry-cache", "tmp"]
+    assert all(set(v) == {"name"} for v in volumes), "task storage only, no shared file system"
+    # The new settings, only when given.
+    assert checks.optional_env_names(signer) == {"COUNTERSIGN_COMMIT_BATCH", "COUNTERSIGN_DECIDE_ATTEMPTS"}
+    for setting in ("commit_batch", "decide_attempts"):
+        assert ref(checks.attr(tf.root.module_calls["signer"], setting)) == f"each.value.{setting}"
     assert ref(checks.attr(tf.root.module_calls["signer"], "coordinator_address")) == "local.coordinator_address"
     assert (
         tf.root.local("coordinator_address")
@@ -695,15 +891,19 @@ def test_coordinator_holds_no_signing_permission_and_persists_its_log(tf: Any, c
     for doc in coordinator.data["aws_iam_policy_document"].values():
         for st in checks.blocks(doc, "statement"):
             assert not any(a.startswith("kms:Sign") for a in checks.attr(st, "actions", [])), st
-    env = checks.env_of(coordinator.local("container"))
+    env = checks.env_of(coordinator.local("container"), coordinator)
     assert env["COUNTERSIGN_LOG_STORE"] == "${local.log_store}"
     log_store = local_expr(coordinator, "log_store")
-    assert '"sqlite:///${local.registry_dir}/registry.db"' in log_store
+    assert '"dynamodb://${aws_dynamodb_table.registry[0].name}?region=${var.region}"' in log_store
     assert "postgresql://${var.postgres.username}@" in log_store and "schema=countersign_registry" in log_store
+    assert "sqlite" not in log_store, "replicas on several hosts cannot share a SQLite file"
     password = local_expr(coordinator, "password_secrets")
     assert "COUNTERSIGN_LOG_STORE_PASSWORD" in password and ":password::" in password
-    (volume,) = checks.blocks(coordinator.resource("aws_ecs_task_definition", "coordinator"), "dynamic")
-    assert "volume" in volume
+    assert checks.optional_env_names(coordinator) == {"COUNTERSIGN_REFRESH_MS"}
+    assert ref(checks.attr(tf.root.module_calls["coordinator"], "refresh_ms")) == "var.coordinator_refresh_ms"
+    task_def = coordinator.resource("aws_ecs_task_definition", "coordinator")
+    assert [checks.attr(v, "name") for v in checks.blocks(task_def, "volume")] == ["tmp"]
+    assert "dynamic" not in task_def
 
 
 def test_services_are_private_and_without_exec(tf: Any, checks: Any) -> None:
@@ -764,8 +964,9 @@ def test_example_deployers(tf: Any, which: str) -> None:
     tfvars = getattr(tf, which)
     deployers = tfvars["deployers"]
     assert sorted(deployers) == ["deployer-a", "deployer-b", "deployer-c"]
-    assert sorted(d["zone_index"] for d in deployers.values()) == [0, 1, 2]
     for deployer_id, d in deployers.items():
+        assert "zone_index" not in d, "every signer spans the three zones"
+        assert d.get("desired_count", 3) >= 3
         assert re.fullmatch(DEPLOYER_ID_RE, deployer_id)
         for child in d.get("allowed_children", []):
             assert child in deployers and child != deployer_id
@@ -866,3 +1067,114 @@ variable "undocumented" {
     assert checks.iam_documents_granting(bad, "kms:Sign") == ["data.aws_iam_policy_document.p:Oops"]
     assert checks.variables_missing_descriptions(bad) == ["undocumented"]
     assert checks.checkov_skips("#checkov:skip=CKV_AWS_1") == [("CKV_AWS_1", "")]
+
+
+def test_checker_flags_stop_first_and_unspread_services(checks: Any) -> None:
+    bad = checks.parse_snippet(
+        """
+variable "subnet_ids" {
+  type = list(string)
+}
+variable "desired_count" {
+  type = number
+  validation {
+    condition     = var.desired_count >= 1
+    error_message = "x"
+  }
+}
+resource "aws_ecs_service" "stop_first" {
+  desired_count                      = 1
+  deployment_minimum_healthy_percent = 0
+  deployment_maximum_percent         = 100
+  network_configuration {
+    subnets = [var.subnet_id]
+  }
+}
+resource "aws_ecs_service" "half" {
+  desired_count                      = var.desired_count
+  availability_zone_rebalancing      = "ENABLED"
+  deployment_minimum_healthy_percent = 50
+  deployment_maximum_percent         = 200
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = false
+  }
+  network_configuration {
+    subnets = var.subnet_ids
+  }
+}
+"""
+    )
+    stop_first = bad.resource("aws_ecs_service", "stop_first")
+    assert len(checks.rolling_deployment_problems(stop_first)) == 3
+    assert len(checks.spread_problems(bad, stop_first, 3)) == 3
+    half = bad.resource("aws_ecs_service", "half")
+    assert checks.rolling_deployment_problems(half) == [
+        "deployment_minimum_healthy_percent is 50, not 100",
+        "no deployment circuit breaker with rollback",
+    ]
+    assert checks.spread_problems(bad, half, 3) == [
+        "var.subnet_ids is not validated to hold exactly three subnets",
+        "var.desired_count is not validated to be at least 3",
+    ]
+
+
+def test_checker_flags_a_role_that_reaches_other_tables_and_a_weak_table(checks: Any) -> None:
+    bad = checks.parse_snippet(
+        """
+data "aws_iam_policy_document" "p" {
+  statement {
+    sid       = "Mine"
+    actions   = ["dynamodb:GetItem"]
+    resources = [aws_dynamodb_table.state[0].arn]
+  }
+  statement {
+    sid       = "EveryTable"
+    actions   = ["dynamodb:PutItem"]
+    resources = ["arn:aws:dynamodb:eu-west-1:123456789012:table/countersign-prod-signer-*"]
+  }
+  statement {
+    sid       = "Wildcard"
+    actions   = ["dynamodb:*"]
+    resources = [aws_dynamodb_table.state[0].arn]
+  }
+  statement {
+    sid       = "Index"
+    actions   = ["dynamodb:Query"]
+    resources = [aws_dynamodb_table.state[0].arn, "${aws_dynamodb_table.state[0].arn}/index/*"]
+  }
+}
+resource "aws_dynamodb_table" "weak" {
+  billing_mode = "PROVISIONED"
+  hash_key     = "id"
+  attribute {
+    name = "id"
+    type = "S"
+  }
+  server_side_encryption {
+    enabled = true
+  }
+}
+"""
+    )
+    flagged = checks.dynamodb_grants_beyond(bad, "${aws_dynamodb_table.state[0].arn}")
+    assert [f.split(":")[0] for f in flagged] == ["p"] * 3
+    assert [f.split(":")[1] for f in flagged] == ["EveryTable", "Wildcard", "Index"]
+    problems = checks.table_shape_problems(bad.resource("aws_dynamodb_table", "weak"), ttl=True)
+    assert len(problems) == 6, problems
+
+
+def test_checker_derives_iam_actions_from_store_calls(checks: Any) -> None:
+    source = """
+self._client.batch_get_item(RequestItems=request)
+self._client.transact_write_items(TransactItems=[
+    {"ConditionCheck": {"TableName": t}}, {"Put": {"TableName": t}},
+])
+client.describe_table(TableName=table)
+"""
+    assert checks.dynamodb_actions_called(source) == {
+        "dynamodb:BatchGetItem",
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:PutItem",
+        "dynamodb:DescribeTable",
+    }

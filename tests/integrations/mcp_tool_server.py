@@ -4,6 +4,7 @@ SDK's environment variables); ``--http PORT`` serves Streamable HTTP on 127.0.0.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from mcp.server.mcpserver import MCPServer
@@ -31,6 +32,13 @@ def add(a: int, b: int) -> dict[str, int]:
     """Add two integers (a structured result)."""
     RAN.append("add")
     return {"sum": a + b}
+
+
+@server.tool()
+async def hang() -> str:
+    """Never answers: a call the client gives up on (and cancels)."""
+    await asyncio.Event().wait()
+    return "never"
 
 
 @server.tool()

@@ -22,7 +22,7 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, Message, Part, Role, Task, TaskState
 
-from countersign.client import Delegation, ErrorCode, Runtime, ServiceError
+from countersign.client import Consumer, Delegation, ErrorCode, Runtime, ServiceError
 from countersign.client.runtime import AsyncRuntime
 from countersign.integrations.a2a import (
     RECEIPT_KEY,
@@ -38,7 +38,7 @@ from countersign.integrations.a2a import (
     task_refusal,
     verify_artifact,
 )
-from countersign.policy import parse_policy
+from countersign.policy import ConsumerPolicy, parse_policy
 from countersign.reasons import Reason
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
@@ -154,17 +154,13 @@ def delegation(runtime: Runtime, child: str = CHILD, ttl_ms: int = 60_000) -> De
     return runtime.delegate(parent, child, ttl_ms=ttl_ms)
 
 
-@pytest.fixture
-def verifier_address(runtime_mesh: LocalMesh, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The verifier's host:port; verify_artifact reads the consumer's mTLS material from the environment."""
-    env = runtime_env(runtime_mesh)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env["COUNTERSIGN_VERIFIER"]
+def online(mesh: LocalMesh, consumer_policy: ConsumerPolicy | None = None) -> Consumer:
+    """A consumer checking through the mesh's verifier, with the consumer's mTLS material."""
+    return Consumer.from_env(runtime_env(mesh), consumer_policy=consumer_policy)
 
 
 def test_a_delegated_task_comes_back_signed_and_verifies(
-    child: Child, runtime: Callable[[str], Runtime], registry_file: str, verifier_address: str
+    child: Child, runtime: Callable[[str], Runtime], registry_file: str, runtime_mesh: LocalMesh
 ) -> None:
     parent = runtime("deployer-a")
     task, agent_card = asyncio.run(_send(child.url, delegated_message("the span is 486 m", delegation(parent))))
@@ -174,30 +170,35 @@ def test_a_delegated_task_comes_back_signed_and_verifies(
     (artifact,) = task.artifacts
     assert artifact.parts[0].text == "answer 0: the span is 486 m"
     assert RECEIPT_KEY in artifact.metadata.fields
-    offline = verify_artifact(artifact, registry=registry_file)
+    offline = verify_artifact(artifact, Consumer.offline(registry_file))
     assert offline and offline.emitter is not None
     assert offline.emitter.deployer == CHILD and offline.emitter.agent == "echo"
     assert offline.emitter.lineage == ("deployer-a", CHILD, CHILD)
     # A consumer's own policy refuses the same way online and offline, and consumes nothing (spec 16.4).
     parent_only = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-a"]}}')
-    for where in ({"registry": registry_file}, {"verifier": verifier_address}):
-        refused = verify_artifact(artifact, consumer_policy=parent_only, **where)  # type: ignore[arg-type]
+    for gated in (
+        Consumer.offline(registry_file, consumer_policy=parent_only),
+        online(runtime_mesh, consumer_policy=parent_only),
+    ):
+        with gated:
+            refused = verify_artifact(artifact, gated)
         assert (refused.reason, refused.result.index) == (Reason.CONSUMER_POLICY_VIOLATION, 1)
-    online = verify_artifact(artifact, verifier=verifier_address)
-    assert online, online.result
-    assert online.emitter == offline.emitter
-    # Accept mode: the verifier consumed the receipt's nonce, so the same artifact shown again is a replay.
-    assert verify_artifact(artifact, verifier=verifier_address).reason is Reason.NONCE_REPLAYED
+    with online(runtime_mesh) as consumer:
+        accepted = verify_artifact(artifact, consumer)
+        assert accepted, accepted.result
+        assert accepted.emitter == offline.emitter
+        # Accept mode: the verifier consumed the receipt's nonce, so the same artifact shown again is a replay.
+        assert verify_artifact(artifact, consumer).reason is Reason.NONCE_REPLAYED
 
 
 def test_a_tampered_artifact_is_rejected(child: Child, runtime: Callable[[str], Runtime], registry_file: str) -> None:
     task = send(child.url, delegated_message("the span is 486 m", delegation(runtime("deployer-a"))))
     (artifact,) = task.artifacts
-    assert verify_artifact(artifact, registry=registry_file)
+    assert verify_artifact(artifact, Consumer.offline(registry_file))
     artifact.parts[0].text = artifact.parts[0].text.replace("486", "487")
-    assert verify_artifact(artifact, registry=registry_file).reason is Reason.OUTPUT_MISMATCH
+    assert verify_artifact(artifact, Consumer.offline(registry_file)).reason is Reason.OUTPUT_MISMATCH
     del artifact.metadata[RECEIPT_KEY]
-    assert verify_artifact(artifact, registry=registry_file).reason is Reason.MALFORMED
+    assert verify_artifact(artifact, Consumer.offline(registry_file)).reason is Reason.MALFORMED
 
 
 def test_a_receipt_moved_to_another_artifact_is_rejected(
@@ -207,7 +208,7 @@ def test_a_receipt_moved_to_another_artifact_is_rejected(
     first = send(child.url, delegated_message("one", delegation(parent))).artifacts[0]
     second = send(child.url, delegated_message("two", delegation(parent))).artifacts[0]
     second.metadata[RECEIPT_KEY] = first.metadata[RECEIPT_KEY]
-    assert verify_artifact(second, registry=registry_file).reason is Reason.OUTPUT_MISMATCH
+    assert verify_artifact(second, Consumer.offline(registry_file)).reason is Reason.OUTPUT_MISMATCH
 
 
 def refused(task: Task) -> A2ARefusal:
@@ -288,7 +289,7 @@ def test_accepting_while_the_executor_works_signs_the_same_and_leaks_nothing_on_
     task = send(overlapping_child.url, delegated_message("overlapped", delegation(runtime("deployer-a"))))
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     (artifact,) = task.artifacts
-    verdict = verify_artifact(artifact, registry=registry_file)
+    verdict = verify_artifact(artifact, Consumer.offline(registry_file))
     assert verdict and verdict.emitter is not None and verdict.emitter.lineage == ("deployer-a", CHILD, CHILD)
     # The executor may start before the refusal is known, but none of its events leave the child.
     for handoff, code in (
@@ -308,7 +309,7 @@ def test_a_compact_receipt_verifies_the_same_and_a_damaged_one_is_malformed(
     assert carried.startswith("cs1z.")
     path = Path.from_bytes(artifact_receipt(artifact))
     assert len(carried) < len(path.to_bytes())
-    verdict = verify_artifact(artifact, registry=registry_file)
+    verdict = verify_artifact(artifact, Consumer.offline(registry_file))
     assert verdict and verdict.emitter is not None and verdict.emitter.deployer == CHILD
     artifact.metadata[RECEIPT_KEY] = carried[:-6]
-    assert verify_artifact(artifact, registry=registry_file).reason is Reason.MALFORMED
+    assert verify_artifact(artifact, Consumer.offline(registry_file)).reason is Reason.MALFORMED

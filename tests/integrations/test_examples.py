@@ -1,5 +1,6 @@
-"""examples/langgraph_*.py and examples/mcp_*.py run as a user runs them: each starts its own local mesh (real daemons,
-loopback, mTLS), runs its graph (or its MCP tool calls), verifies every output and exits 0."""
+"""examples/langgraph_*.py, mcp_*.py, a2a_*.py and openai_agents_*.py run as a user runs them: each starts
+its own local mesh (real daemons, loopback, mTLS), runs its graph (its tool calls, its task, its agent
+run), verifies every output and exits 0."""
 
 from __future__ import annotations
 
@@ -71,3 +72,15 @@ def test_the_mcp_client_and_server() -> None:
     assert any(line.startswith("evidence: ") and line.split()[1].isdigit() for line in lines)
     assert "dropped result: SESSION_GAP" in lines
     assert "tampered result: OUTPUT_MISMATCH" in lines
+
+
+def test_the_openai_agents_hand_off() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("openai_agents_*.py")) == ["openai_agents_support.py"]
+    lines = run("openai_agents_support.py")
+    assert "lineage: triage@deployer-a -> billing@deployer-b" in lines
+    assert [line for line in lines if line.startswith("verified")] == [
+        "verified tool result call-1: ACCEPT emitted by deployer-b",
+        "verified tool result call-2: ACCEPT emitted by deployer-b",
+        "verified final output: ACCEPT emitted by deployer-b",
+    ]
+    assert "tampered tool result: ['OUTPUT_MISMATCH']" in lines

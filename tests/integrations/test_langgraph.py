@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from countersign.client import AsyncRuntime, ErrorCode, HandoffError, Runtime, ServiceError
+from countersign.client import AsyncRuntime, Consumer, ErrorCode, HandoffError, Runtime, ServiceError
 from countersign.integrations.langgraph import (
     AsyncMeshSigning,
     Evidence,
@@ -106,11 +106,11 @@ def test_a_sync_graph_signs_every_node_and_co_signs_each_hand_off(
     assert writer_receipt.envelopes[:-1] == evidence.path.envelopes
     signed_hash = writer_receipt.leaf.record.output.sha256
     assert signed_hash == "sha256:" + hashlib.sha256(final["draft"].encode()).hexdigest()
-    with runtime_mesh.verifier_client() as verifier:
-        verdict = verify_state(final, verifier=verifier)
+    with Consumer.from_env(runtime_env(runtime_mesh, None)) as consumer:
+        verdict = verify_state(final, consumer)
     assert verdict and not verdict.rejected
     assert [v.emitter.deployer for _, v in verdict.outputs if v.emitter] == ["deployer-a", "deployer-b", "deployer-c"]
-    assert verify_state(final, registry=mesh_registry(runtime_mesh))  # offline, the same answer
+    assert verify_state(final, Consumer.offline(mesh_registry(runtime_mesh)))  # offline, the same answer
 
 
 def test_a_same_deployer_hand_off_is_a_local_child(signing: MeshSigning) -> None:
@@ -128,8 +128,8 @@ def test_an_async_graph_signs_through_the_asyncio_runtimes(runtime_mesh: LocalMe
             ("writer", signed_node(awriter, "deployer-c", signing)),
         ])  # fmt: skip
         final = await graph.ainvoke({"topic": "tides"})
-        env = runtime_env(runtime_mesh, None)
-        verdict = await averify_state(final, verifier=env["COUNTERSIGN_VERIFIER"], environ=env)
+        async with Consumer.from_env(runtime_env(runtime_mesh, None)) as consumer:
+            verdict = await averify_state(final, consumer)
         for runtime in runtimes.values():
             await runtime.close()
         assert verdict and len(verdict.outputs) == 2
@@ -140,7 +140,7 @@ def test_an_async_graph_signs_through_the_asyncio_runtimes(runtime_mesh: LocalMe
 
 def test_a_sync_graph_runs_under_ainvoke_too(signing: MeshSigning, runtime_mesh: LocalMesh) -> None:
     final = asyncio.run(research_graph(signing).ainvoke({"topic": "canals"}))
-    assert verify_state(final, registry=mesh_registry(runtime_mesh))
+    assert verify_state(final, Consumer.offline(mesh_registry(runtime_mesh)))
 
 
 def test_a_graph_started_by_another_deployers_handoff(runtime: Make, runtime_mesh: LocalMesh) -> None:
@@ -155,7 +155,7 @@ def test_a_graph_started_by_another_deployers_handoff(runtime: Make, runtime_mes
     evidence = final["countersign"]
     assert evidence.handoff is None  # spent by the first node
     assert [e.record.agent.instance for e in evidence.path.envelopes] == ["coordinator", "researcher", "writer"]
-    assert verify_state(final, registry=mesh_registry(runtime_mesh))
+    assert verify_state(final, Consumer.offline(mesh_registry(runtime_mesh)))
 
 
 def test_a_handoff_for_another_child_stops_the_graph_with_a_typed_error(runtime: Make) -> None:
@@ -208,7 +208,7 @@ def test_a_tampered_receipt_or_output_in_the_final_state_is_rejected(
     signing: MeshSigning, runtime_mesh: LocalMesh
 ) -> None:
     final = research_graph(signing).invoke({"topic": "bridges"})
-    registry = mesh_registry(runtime_mesh)
+    registry = mesh_registry(runtime_mesh)  # a fresh offline consumer for each check below
     evidence: Evidence = final["countersign"]
     # A receipt whose signed output hash was rewritten (to claim other bytes) no longer verifies.
     writer_signed = evidence.receipts[-1]
@@ -224,12 +224,12 @@ def test_a_tampered_receipt_or_output_in_the_final_state_is_rejected(
             receipts=(*evidence.receipts[:-1], SignedOutput.of(writer_signed.node, writer_signed.keys, tampered_path)),
         ),
     }
-    verdict = verify_state(tampered, registry=registry)
+    verdict = verify_state(tampered, Consumer.offline(registry))
     assert not verdict
     assert [(s.node, v.reason) for s, v in verdict.rejected] == [("writer", Reason.BAD_SIGNATURE)]
     # The output itself changed after signing: the receipt no longer matches the state's bytes.
-    changed = verify_state({**final, "notes": final["notes"] + "!"}, registry=registry)
+    changed = verify_state({**final, "notes": final["notes"] + "!"}, Consumer.offline(registry))
     assert [(s.node, v.reason) for s, v in changed.rejected] == [("researcher", Reason.OUTPUT_MISMATCH)]
-    with runtime_mesh.verifier_client() as verifier:
-        online = verify_state({**final, "plan": "another plan"}, verifier=verifier, audit=True)
+    with Consumer.from_env(runtime_env(runtime_mesh, None)) as consumer:
+        online = verify_state({**final, "plan": "another plan"}, consumer, audit=True)
     assert [(s.node, v.reason) for s, v in online.rejected] == [("planner", Reason.OUTPUT_MISMATCH)]

@@ -21,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from bench.workflow import DEPLOYERS, InProcessSigning, Research, build, planner
+from countersign.client import Consumer
 from countersign.errors import MalformedError
 from countersign.integrations import langgraph as integration
 from countersign.integrations.langgraph import (
@@ -45,6 +46,11 @@ pytestmark = pytest.mark.offline
 SAMPLE = SampleMesh.create(DEPLOYERS, seed=b"langgraph-offline")
 
 
+def sample_consumer() -> Consumer:
+    """A consumer of its own (its own nonce state) checking against the sample mesh's registry."""
+    return Consumer.offline(SAMPLE.registry)
+
+
 def in_process(construction: Construction = Construction.SIGNED_DAG) -> InProcessSigning:
     return InProcessSigning(construction, SAMPLE.signers)
 
@@ -52,7 +58,7 @@ def in_process(construction: Construction = Construction.SIGNED_DAG) -> InProces
 @pytest.mark.parametrize("construction", [Construction.LINKED_LIST, Construction.SIGNED_DAG])
 def test_the_research_graph_verifies_against_the_registry(construction: Construction) -> None:
     final = build(in_process(construction)).invoke({"topic": "locks"})
-    verdict = verify_state(final, registry=SAMPLE.registry)
+    verdict = verify_state(final, sample_consumer())
     assert verdict and [s.node for s, _ in verdict.outputs] == ["planner", "researcher", "writer"]
     cosigned = [len(e.record.cosigs) for e in final["countersign"].path.envelopes]
     assert cosigned == ([0, 2, 2] if construction is Construction.SIGNED_DAG else [0, 0, 0])
@@ -61,25 +67,25 @@ def test_the_research_graph_verifies_against_the_registry(construction: Construc
 def test_a_consumer_policy_is_applied_to_every_receipt_of_the_state() -> None:
     final = build(in_process()).invoke({"topic": "locks"})
     two = parse_policy(b'{"v": 1, "policy": {"allowed_deployers": ["deployer-a", "deployer-b"]}}')
-    verdict = verify_state(final, registry=SAMPLE.registry, consumer_policy=two)
+    verdict = verify_state(final, Consumer.offline(SAMPLE.registry, consumer_policy=two))
     refused = [(s.node, v.reason, v.result.index) for s, v in verdict.rejected]
     assert not verdict and refused == [("writer", Reason.CONSUMER_POLICY_VIOLATION, 2)]
 
     async def asynchronously() -> bool:
-        return bool(await averify_state(final, registry=SAMPLE.registry, consumer_policy=two))
+        return bool(await averify_state(final, Consumer.offline(SAMPLE.registry, consumer_policy=two)))
 
     assert asyncio.run(asynchronously()) is False
 
 
 def test_an_output_changed_in_the_final_state_is_rejected() -> None:
     final = build(in_process()).invoke({"topic": "locks"})
-    verdict = verify_state({**final, "draft": final["draft"].upper()}, registry=SAMPLE.registry)
+    verdict = verify_state({**final, "draft": final["draft"].upper()}, sample_consumer())
     assert not verdict and [(s.node, v.reason) for s, v in verdict.rejected] == [("writer", Reason.OUTPUT_MISMATCH)]
 
 
 def test_an_empty_state_is_not_a_verified_one() -> None:
-    assert not verify_state({"countersign": Evidence()}, registry=SAMPLE.registry)
-    assert not verify_state({}, registry=SAMPLE.registry)
+    assert not verify_state({"countersign": Evidence()}, sample_consumer())
+    assert not verify_state({}, sample_consumer())
 
 
 def test_a_command_update_is_signed_and_its_routing_kept() -> None:
@@ -101,7 +107,7 @@ def test_a_command_update_is_signed_and_its_routing_kept() -> None:
     final = graph.compile().invoke({"topic": "t"})
     assert final["plan"] == "routed"
     assert [(s.node, s.keys) for s in final["countersign"].receipts] == [("route", ("plan",)), ("done", ())]
-    assert verify_state(final, registry=SAMPLE.registry)
+    assert verify_state(final, sample_consumer())
 
 
 def test_the_wrapper_keeps_the_nodes_name_and_arguments() -> None:
@@ -129,7 +135,7 @@ def test_output_keys_pick_the_signed_output() -> None:
     graph.add_edge(START, "both")
     final = graph.compile().invoke({"topic": "t"})
     assert final["countersign"].receipts[0].keys == ("notes",)
-    assert verify_state({**final, "plan": "changed, not signed"}, registry=SAMPLE.registry)
+    assert verify_state({**final, "plan": "changed, not signed"}, sample_consumer())
 
 
 def test_misuse_is_named() -> None:
@@ -184,11 +190,11 @@ def test_the_state_survives_a_strict_checkpointer() -> None:
     graph.invoke({"topic": "locks"}, thread)
     stored = graph.get_state(thread).values  # read back from the checkpoint
     assert isinstance(stored["countersign"], Evidence) and "path" not in stored["countersign"].__dict__
-    assert verify_state(stored, registry=SAMPLE.registry)
+    assert verify_state(stored, sample_consumer())
     # The next turn on the same thread continues under the last agent, and every receipt still verifies.
     again = graph.invoke({"topic": "locks"}, thread)
     assert len(again["countersign"].receipts) == 6 and len(again["countersign"].path) == 6
-    assert verify_state(again, registry=SAMPLE.registry)
+    assert verify_state(again, sample_consumer())
 
 
 def test_evidence_read_back_is_parsed_strictly() -> None:
@@ -198,13 +204,13 @@ def test_evidence_read_back_is_parsed_strictly() -> None:
     assert broken.keys == signed.keys
     with pytest.raises(MalformedError):
         _ = broken.receipt
-    verdict = verify_state({**final, "countersign": Evidence(receipts=(broken,))}, registry=SAMPLE.registry)
+    verdict = verify_state({**final, "countersign": Evidence(receipts=(broken,))}, sample_consumer())
     assert [v.reason for _, v in verdict.outputs] == [Reason.MALFORMED]
 
 
 def test_without_langgraph_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "langgraph.types", None)
-    with pytest.raises(ImportError, match=r"pip install 'countersign\[langgraph\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'countersign-mesh\[langgraph\]'"):
         signed_node(planner, "deployer-a", in_process())
 
 
@@ -255,7 +261,7 @@ def test_an_async_graph_with_in_process_signing() -> None:
     graph.add_node("anode", signed_node(anode, "deployer-a", AsyncInProcess()))
     graph.add_edge(START, "anode")
     final = asyncio.run(graph.compile().ainvoke({"topic": "t"}))
-    assert verify_state(final, registry=SAMPLE.registry)
+    assert verify_state(final, sample_consumer())
 
 
 def test_the_module_imports_langgraph_only_when_a_node_is_wrapped() -> None:

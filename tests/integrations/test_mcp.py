@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from countersign.client import Runtime
+from countersign.client import Consumer, Runtime
 from countersign.errors import ErrorCode
 from countersign.integrations.mcp import (
     DELEGATION_KEY,
@@ -89,7 +89,7 @@ def assert_one_signed_session(results: list[CallToolResult], mesh: LocalMesh, de
     registry = mesh_registry(mesh)
     agents = set()
     for seq, result in enumerate(results):
-        verdict = verify_result(result, registry=registry)
+        verdict = verify_result(result, Consumer.offline(registry))
         assert verdict, verdict.result
         assert verdict.emitter is not None
         assert (verdict.emitter.deployer, verdict.emitter.seq) == (deployer, seq)
@@ -98,7 +98,7 @@ def assert_one_signed_session(results: list[CallToolResult], mesh: LocalMesh, de
         agents.add(verdict.emitter.agent)
     assert len(agents) == 1
     assert results[2].is_error is True  # a tool's own error is a result, signed like the others
-    assert check_session(results, registry=registry).result
+    assert check_session(results, Consumer.offline(registry)).result
 
 
 @pytest.mark.parametrize("wrap", [proxied, in_process], ids=["mcp-proxy", "middleware"])
@@ -106,7 +106,7 @@ def test_every_tool_result_of_a_stdio_session_is_signed_in_order(runtime_mesh: L
     async def calls() -> list[CallToolResult]:
         async with over_stdio(wrap(server_env(runtime_mesh, "deployer-b"))) as session:
             tools = await session.list_tools()  # everything else passes through untouched
-            assert {tool.name for tool in tools.tools} == {"echo", "add", "fail", "ran"}
+            assert {tool.name for tool in tools.tools} == {"echo", "add", "fail", "ran", "hang"}
             return await three_calls(session)
 
     results = run(calls())
@@ -128,8 +128,8 @@ def test_each_client_session_is_its_own_agent_and_session(runtime_mesh: LocalMes
     registry = mesh_registry(runtime_mesh)
     assert evidence_of(first[0]).leaf.record.agent != evidence_of(second[0]).leaf.record.agent
     assert [evidence_of(r).leaf.record.output.seq for r in second] == [0, 1, 2]  # type: ignore[union-attr]
-    assert check_session(first, registry=registry).result
-    mixed = check_session([first[0], second[1]], registry=registry).result
+    assert check_session(first, Consumer.offline(registry)).result
+    mixed = check_session([first[0], second[1]], Consumer.offline(registry)).result
     assert mixed.reason == Reason.SESSION_AGENT_MISMATCH
 
 
@@ -142,18 +142,22 @@ def test_a_tampered_result_is_rejected_online_and_offline(runtime_mesh: LocalMes
     echo = results[0]
     tampered = echo.model_copy(update={"content": [echo.content[0].model_copy(update={"text": "goodbye"})]})
     assert result_bytes(tampered) != result_bytes(echo)
-    assert verify_result(tampered, registry=registry_file).reason == Reason.OUTPUT_MISMATCH
+    assert verify_result(tampered, Consumer.offline(registry_file)).reason == Reason.OUTPUT_MISMATCH
     flipped = results[2].model_copy(update={"is_error": False})  # an error passed off as a success
-    assert verify_result(flipped, registry=registry_file).reason == Reason.OUTPUT_MISMATCH
-    verifier = runtime_mesh.daemons["verifier-0"].address
-    env = runtime_env(runtime_mesh)
-    assert run(averify_result(tampered, verifier=verifier, environ=env)).reason == Reason.OUTPUT_MISMATCH
-    verdict = run(averify_result(echo, verifier=verifier, environ=env))
+    assert verify_result(flipped, Consumer.offline(registry_file)).reason == Reason.OUTPUT_MISMATCH
+    consumer = Consumer.online(runtime_mesh.daemons["verifier-0"].address, runtime_mesh.tls_for("client"))
+
+    async def online() -> tuple[Any, Any]:
+        async with consumer:
+            return await averify_result(tampered, consumer), await averify_result(echo, consumer)
+
+    mismatch, verdict = run(online())
+    assert mismatch.reason == Reason.OUTPUT_MISMATCH
     assert verdict, verdict.result
     assert verdict.emitter is not None and verdict.emitter.deployer == "deployer-b"
     stripped = echo.model_copy(update={"meta": None})
     with pytest.raises(EvidenceMissing) as missing:
-        verify_result(stripped, registry=registry_file)
+        verify_result(stripped, Consumer.offline(registry_file))
     assert missing.value.code == ErrorCode.INVALID_ARGUMENT
 
 
@@ -164,24 +168,25 @@ def test_dropped_reordered_and_repeated_results_are_detected(runtime_mesh: Local
 
     r = run(calls())
     registry = mesh_registry(runtime_mesh)
-    assert check_session(r, registry=registry).result
+    assert check_session(r, Consumer.offline(registry)).result
     cases = {
         Reason.SESSION_GAP: [r[0], r[2], r[3]],
         Reason.SESSION_REORDERED: [r[0], r[2], r[1], r[3]],
         Reason.SESSION_DUPLICATE: [r[0], r[1], r[1], r[2]],
     }
     for reason, shown in cases.items():
-        assert check_session(shown, registry=registry).result.reason == reason
+        assert check_session(shown, Consumer.offline(registry)).result.reason == reason
     changed = r[1].model_copy(update={"structured_content": {"sum": 6}})
-    assert check_session([r[0], changed], registry=registry).result.reason == Reason.SESSION_OUTPUT_MISMATCH
+    assert check_session([r[0], changed], Consumer.offline(registry)).result.reason == Reason.SESSION_OUTPUT_MISMATCH
     # each result alone still verifies: only the session shows what is missing
-    assert all(verify_result(each, registry=registry) for each in (r[0], r[2], r[3]))
+    assert all(verify_result(each, Consumer.offline(registry)) for each in (r[0], r[2], r[3]))
     # A consumer's own policy: an open session is not proven closed; a result alone never is.
     closed_only = parse_policy(b'{"v": 1, "policy": {"require_closed_session": true}}')
-    refused = check_session(r, registry=registry, consumer_policy=closed_only).result
+    refused = check_session(r, Consumer.offline(registry, consumer_policy=closed_only)).result
     assert (refused.reason, refused.index) == (Reason.CONSUMER_POLICY_VIOLATION, 0)
     assert (
-        verify_result(r[0], registry=registry, consumer_policy=closed_only).reason is Reason.CONSUMER_POLICY_VIOLATION
+        verify_result(r[0], Consumer.offline(registry, consumer_policy=closed_only)).reason
+        is Reason.CONSUMER_POLICY_VIOLATION
     )
 
 
@@ -223,11 +228,11 @@ def test_a_delegation_opens_the_session_under_the_delegating_agent(runtime_mesh:
             return [first, await session.call_tool("add", {"a": 1, "b": 1})]
 
     results = run(calls())
-    verdicts = [verify_result(result, registry=mesh_registry(runtime_mesh)) for result in results]
+    verdicts = [verify_result(result, Consumer.offline(mesh_registry(runtime_mesh))) for result in results]
     assert all(verdicts), [v.result for v in verdicts]
     assert verdicts[1].emitter is not None
     assert verdicts[1].emitter.lineage == ("deployer-a", "deployer-b", "deployer-b")
-    assert check_session(results, registry=mesh_registry(runtime_mesh)).result
+    assert check_session(results, Consumer.offline(mesh_registry(runtime_mesh))).result
 
 
 @pytest.mark.parametrize("wrap", [proxied, in_process], ids=["mcp-proxy", "middleware"])
@@ -297,3 +302,96 @@ def test_streamable_http_tool_results_are_signed_per_session(runtime_mesh: Local
     assert_one_signed_session(second, runtime_mesh, "deployer-c")
     assert evidence_of(first[0]).leaf.record.agent != evidence_of(second[0]).leaf.record.agent
     assert EVIDENCE_KEY in (first[0].meta or {})
+
+
+# --- the proxy's own bounds, settings and evidence (issue 29, issue 30) ----------------------------
+
+
+def test_calls_the_client_cancelled_free_their_slots(runtime_mesh: LocalMesh) -> None:
+    """Issue 29: after 1,024 tool calls that the client cancelled (``notifications/cancelled``, which
+    the SDK sends when a caller stops waiting) and the server never answered, every new call was
+    refused RESOURCE_EXHAUSTED. 1,100 cancelled calls, then one that is answered and signed."""
+
+    async def calls() -> CallToolResult:
+        async with over_stdio(proxied(server_env(runtime_mesh, "deployer-b"))) as session:
+            await session.call_tool("echo", {"text": "first"})  # the session's agent record, once
+            for _ in range(1_100):
+                waiting = asyncio.ensure_future(session.call_tool("hang", {}))
+                await asyncio.sleep(0.002)
+                waiting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+            return await session.call_tool("echo", {"text": "still served"})
+
+    result = asyncio.run(asyncio.wait_for(calls(), 180))
+    assert [block.text for block in result.content] == ["still served"]  # type: ignore[union-attr]
+    verdict = verify_result(result, Consumer.offline(mesh_registry(runtime_mesh)))
+    assert verdict, verdict.result
+    assert verdict.emitter is not None and verdict.emitter.seq == 1  # cancelled calls made no receipt
+
+
+def proxy_config(mesh: LocalMesh, deployer: str, directory: FilePath) -> FilePath:
+    """The proxy's settings as a file (what an MCP client's configuration points it at)."""
+    tls = mesh.tls_for(f"{deployer}-runtime")
+    config = directory / f"{deployer}-proxy.toml"
+    config.write_text(
+        f'signer = "{mesh.daemons[deployer].address}"\ndeployer = "{deployer}"\nca = "{tls.ca}"\n'
+        f'cert = "{tls.cert}"\nkey = "{tls.key}"\nsystem = "proxied-tools"\n'
+    )
+    return config
+
+
+def test_an_mcp_client_that_passes_no_environment_runs_the_proxy_from_its_settings_file(
+    runtime_mesh: LocalMesh, tmp_path: FilePath
+) -> None:
+    """Issue 30: the ``mcp`` SDK's ``stdio_client`` gives the server it starts a bare default
+    environment, so the proxy said ``COUNTERSIGN_SIGNER is not set``. With ``--config`` it signs."""
+    config = proxy_config(runtime_mesh, "deployer-c", tmp_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "countersign_cli", "mcp-proxy", "--config", str(config), "--", sys.executable, TOOL_SERVER],
+        cwd=str(ROOT),
+    )  # no env: what stdio_client passes by default
+
+    async def calls() -> list[CallToolResult]:
+        async with over_stdio(params) as session:
+            return await three_calls(session)
+
+    results = run(calls())
+    assert_one_signed_session(results, runtime_mesh, "deployer-c")
+    assert evidence_of(results[0]).envelopes[0].record.agent.system == "proxied-tools"
+
+
+def test_a_signing_server_behind_the_proxy_keeps_its_evidence_beside_the_proxys(
+    runtime_mesh: LocalMesh, tmp_path: FilePath
+) -> None:
+    """Issue 29: the proxy replaced the evidence a signing server had put in ``_meta``. Now the
+    server's (deployer-b, in process) is kept under ``countersign.dev/wrapped-evidence`` and the
+    proxy's (deployer-a) is the evidence; both sign the same bytes and both verify."""
+    from countersign.integrations.mcp import WRAPPED_EVIDENCE_KEY, wrapped_evidence_of
+
+    config = proxy_config(runtime_mesh, "deployer-a", tmp_path)
+    command = [
+        "-m", "countersign_cli", "mcp-proxy", "--config", str(config), "--", sys.executable, TOOL_SERVER, "--signed",
+    ]  # fmt: skip
+    # The child server inherits this environment: it signs as deployer-b; the proxy, from its file, as a.
+    params = StdioServerParameters(
+        command=sys.executable, args=command, env=server_env(runtime_mesh, "deployer-b"), cwd=str(ROOT)
+    )
+
+    async def calls() -> list[CallToolResult]:
+        async with over_stdio(params) as session:
+            return await three_calls(session)
+
+    results = run(calls())
+    registry = mesh_registry(runtime_mesh)
+    assert_one_signed_session(results, runtime_mesh, "deployer-a")
+    inner: list[Any] = []
+    for seq, result in enumerate(results):
+        assert result.meta is not None and len(result.meta[WRAPPED_EVIDENCE_KEY]) == 1
+        (path,) = wrapped_evidence_of(result)
+        assert path.leaf.record.deployer == "deployer-b" and path.leaf.record.output.seq == seq  # type: ignore[union-attr]
+        verdict = Consumer.offline(registry).path(path, result_bytes(result))
+        assert verdict, verdict.result
+        inner.append(path)
+    assert len({p.leaf.record.agent for p in inner}) == 1  # the server's own session, in order

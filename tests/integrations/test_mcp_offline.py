@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from countersign.client import ServiceError
+from countersign.client import Consumer, ServiceError
 from countersign.errors import ErrorCode, MalformedError
 from countersign.integrations import mcp as binding
 from countersign.integrations.mcp import (
@@ -29,6 +29,7 @@ from countersign.integrations.mcp import (
     refusal_error,
     result_bytes,
 )
+from countersign.registry import Registry
 
 pytestmark = pytest.mark.offline
 
@@ -110,7 +111,8 @@ def test_evidence_must_be_there_and_well_formed() -> None:
     for bad in ({"v": 2, "path": {}}, {"v": 1}, {"v": 1, "path": {}, "more": 1}, "cs1.x", {"v": True, "path": {}}):
         with pytest.raises(MalformedError):
             evidence_of({"content": [], "_meta": {EVIDENCE_KEY: bad}})
-    verdict = binding.verify_result({"content": [], "_meta": {EVIDENCE_KEY: {"v": 1, "path": {"v": 1}}}}, registry="x")
+    malformed = {"content": [], "_meta": {EVIDENCE_KEY: {"v": 1, "path": {"v": 1}}}}
+    verdict = binding.verify_result(malformed, Consumer.offline(Registry({})))
     assert not verdict
     assert verdict.reason is not None and verdict.reason.value == "MALFORMED"
 
@@ -131,9 +133,9 @@ def test_a_refusal_round_trips_as_a_typed_error() -> None:
 
 def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mcp_types", None)
-    with pytest.raises(ImportError, match=r"countersign\[mcp\]"):
+    with pytest.raises(ImportError, match=r"countersign-mesh\[mcp\]"):
         binding.require_mcp()
-    with pytest.raises(ImportError, match=r"countersign\[mcp\]"):
+    with pytest.raises(ImportError, match=r"countersign-mesh\[mcp\]"):
         binding.SigningMiddleware(system="s")
 
 
@@ -151,3 +153,67 @@ def test_sessions_past_the_bound_are_refused_not_evicted() -> None:
     assert middleware.session_of(first) is kept  # a live session keeps its agent and numbering
     del second  # a closed connection frees its place
     assert middleware.session_of(third) is not kept
+
+
+class Sink:
+    """The child's stdin as the proxy sees it: lines written, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _reader(*messages: dict[str, Any]) -> Any:
+    import asyncio
+
+    reader = asyncio.StreamReader()
+    for message in messages:
+        reader.feed_data(json.dumps(message).encode() + b"\n")
+    reader.feed_eof()
+    return reader
+
+
+def test_a_cancelled_call_frees_its_slot_and_its_late_answer_is_dropped() -> None:
+    """Issue 29: the proxy held a cancelled call's slot for good. A cancellation frees it; an answer
+    the server sends anyway is not relayed (the client ignores it, and signing it would put a receipt
+    in the session that the client never holds)."""
+    import asyncio
+
+    from countersign.records import Path
+
+    vector = json.loads((FilePath(__file__).parents[1] / "vectors" / "valid" / "linked-list.json").read_text())
+    agent = Path.from_json(vector["presentation"]["path"])
+    session = binding.SessionSigner(binding._RuntimeHolder(None), "tools", "proxy-1", agent=agent)
+    proxy = binding.StdioProxy(session, max_pending=1)
+    child, replies = Sink(), []
+
+    async def reply(line: bytes) -> None:
+        replies.append(json.loads(line))
+
+    async def relay() -> None:
+        call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "hang"}}
+        await proxy.from_client(
+            _reader(
+                {**call, "id": 1},
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+                {**call, "id": 2},  # the one slot is free again: relayed, not refused
+            ),
+            child,  # type: ignore[arg-type]
+            reply,
+        )
+        late = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "late"}]}}
+        refused = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "no"}}
+        await proxy.from_child(_reader(late, refused), reply)
+
+    asyncio.run(relay())
+    assert [json.loads(line).get("id") for line in child.lines] == [1, None, 2]  # the cancel passes on
+    assert replies == [{"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "no"}}]
+    assert proxy.pending == set() and proxy.cancelled == {}

@@ -19,7 +19,7 @@ import pytest
 
 from countersign._proto.v1.signer_pb2_grpc import SignerStub
 from countersign.client import Grant, SignerClient
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import (

@@ -9,9 +9,14 @@ only the checkpoint can be what bounds them; and that the operator is told (``NO
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,10 +24,10 @@ from countersign.admission import SignedStatement, StatementKind
 from countersign.canonical import b64url_encode
 from countersign.checkpoint import SignedCheckpoint
 from countersign.client import OperatorClient
-from countersign.client.operator import CheckpointLoop
+from countersign.client.operator import CheckpointLoop, KnownHead
 from countersign.keys import Ed25519Signer
 from countersign_cli.localmesh import LocalMesh
-from tests.mesh.conftest import log_tails
+from tests.mesh.conftest import enrol_some, log_tails
 from tests.mesh.dishonest import DishonestCoordinator
 from tests.mesh.helpers import poll, service_error, sha256
 
@@ -236,7 +241,7 @@ def test_a_statement_signed_offline_keeps_followers_fresh_until_the_loop_names_i
 
     signed: SignedStatement = sign_statement(statement, mesh.operator)
     assert dishonest.proxy is not None
-    submit_statement(dishonest.proxy.address, mesh.tls_for("operator"), signed)
+    submit_statement(dishonest.proxy.address, mesh.tls_for("operator"), signed, known_head=mesh.operator_head)
     mesh.wait_for_registry(3)
     a = mesh.runtime("deployer-b")
     output = b"still fresh\n"
@@ -244,3 +249,135 @@ def test_a_statement_signed_offline_keeps_followers_fresh_until_the_loop_names_i
     assert verdict_of(mesh, path, output) == "ACCEPT"
     poll(lambda: any(c.checkpoint.sequence == 3 for c in dishonest.checkpoints), timeout_s=5, what="a checkpoint of 3")
     a.close()
+
+
+# --- a statement signed on one machine and submitted from another (the offline flow) -------------------
+
+MEASURE_S = 3.0  # how long after lifetime + 1 s the revoked key's path is presented
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "countersign_cli", *args], capture_output=True, text=True, timeout=60
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+class CheckpointCommand:
+    """``countersign operator checkpoint --every-ms`` as the operator runs it: a process of its own,
+    its head file beside the operator key (the default), talking to the coordinator through the proxy."""
+
+    def __init__(self, key: Path, coordinator: str) -> None:
+        argv = [
+            sys.executable, "-m", "countersign_cli", "operator", "checkpoint", "--key", str(key),
+            "--every-ms", str(EVERY_MS), "--lifetime-ms", str(LIFETIME_MS), "--coordinator", coordinator,
+            "--insecure-loopback",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.printed: list[dict[str, object]] = []
+        self.complaints: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.process.stdout, True), daemon=True),
+            threading.Thread(target=self._read, args=(self.process.stderr, False), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: Any, out: bool) -> None:
+        for line in stream:
+            if out:
+                self.printed.append(json.loads(line))
+            else:
+                self.complaints.append(line.strip())
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def accepts_after_lifetime(mesh: LocalMesh, path: bytes, output: bytes, since: float) -> tuple[int, int]:
+    """Present ``path`` from lifetime + 1 s after ``since`` for MEASURE_S seconds: (ACCEPTs, answers)."""
+    start = since + LIFETIME_MS / 1000 + 1.0
+    time.sleep(max(0.0, start - time.monotonic()))
+    accepted = answers = 0
+    while time.monotonic() < start + MEASURE_S:
+        reason = verdict_of(mesh, path, output)
+        assert reason in ("ACCEPT", "REGISTRY_STALE"), reason
+        accepted += reason == "ACCEPT"
+        answers += 1
+        time.sleep(0.05)
+    return accepted, answers
+
+
+@pytest.mark.parametrize("recorded_by", ["signing", "submitting"])
+def test_a_revocation_signed_offline_and_withheld_is_bounded_by_the_checkpoint_lifetime(
+    tmp_path: Path, recorded_by: str
+) -> None:
+    """Issue 29: the revocation is signed offline (``operator revoke-key --out``) and carried to a
+    connected machine (``operator submit``); the coordinator says OK and withholds it. The operator's
+    checkpoint command must refuse to vouch for the log without it, whichever of the two commands ran
+    where the checkpoint command's head file is: ``signing`` signs beside the operator key (the
+    loop's head file) and submits from elsewhere; ``submitting`` signs elsewhere and submits with the
+    loop's head file."""
+    mesh = LocalMesh(
+        tmp_path / "mesh", deployers=("deployer-a", "deployer-b"), tls=False, staleness_ms=STALENESS_MS,
+        checkpoint_lifetime_ms=LIFETIME_MS, checkpoint_every_ms=0,
+    ).setup()  # fmt: skip
+    key = mesh.workdir / "keys" / "operator.jwk"
+    loop_head = key.with_suffix(".head.json")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    mesh.operator_head = KnownHead(loop_head)  # the connected enrolment records where the loop reads
+    proxy: DishonestCoordinator | None = None
+    loop: CheckpointCommand | None = None
+    try:
+        mesh.start("coordinator")
+        proxy = DishonestCoordinator(mesh.daemons["coordinator"].address)
+        mesh.coordinator_for_followers = proxy.address
+        loop = CheckpointCommand(key, proxy.address)
+        for name in mesh.daemons:
+            mesh.start(name)
+        enrol_some(mesh, ["deployer-a", "deployer-b"])
+        b = mesh.runtime("deployer-b")
+        output = b"signed by b, revoked offline\n"
+        path = b.receipt(b.root("researcher", "offline-revoked"), sha256(output)).to_bytes()
+        b.close()
+        assert verdict_of(mesh, path, output) == "ACCEPT"
+
+        connect = ["--coordinator", proxy.address, "--insecure-loopback"]
+        export = tmp_path / "export"
+        operator_public = f"--operator-public-key={b64url_encode(mesh.operator.public_key)}"
+        exported = run_cli("registry", "export", operator_public, "--out", str(export), *connect)
+        assert exported.returncode == 0, exported.stderr
+        revocation = tmp_path / "revoke.json"
+        sign_head = [] if recorded_by == "signing" else ["--head-file", str(elsewhere / "head.json")]
+        signed = run_cli(
+            "operator", "revoke-key", "--key", str(key), "--deployer", "deployer-b",
+            "--key-id", mesh.deployer_keys["deployer-b"].key_id, "--log", str(export / "registry-log.json"),
+            "--out", str(revocation), *sign_head,
+        )  # fmt: skip
+        assert signed.returncode == 0, signed.stderr
+
+        proxy.withhold = lambda statement: statement.statement.kind is StatementKind.REVOKE_KEY
+        submit_head = str(elsewhere / "head.json") if recorded_by == "signing" else str(loop_head)
+        submitted = run_cli("operator", "submit", "--statement", str(revocation), "--head-file", submit_head, *connect)
+        revoked_at = time.monotonic()
+        assert [s.statement.kind for s in proxy.withheld] == [StatementKind.REVOKE_KEY]
+        assert submitted.returncode != 0 and "NOT_SERVED" in submitted.stderr, submitted.stderr
+
+        accepted, answers = accepts_after_lifetime(mesh, path, output, revoked_at)
+        print(f"offline revocation ({recorded_by}): {accepted} ACCEPTs of {answers} after lifetime + 1 s")
+        assert accepted == 0, f"{accepted} ACCEPTs of the revoked key after the checkpoint lifetime + 1 s"
+        assert any("NOT_SERVED" in line for line in loop.complaints), loop.complaints
+        assert all(int(str(c["sequence"])) <= 2 for c in loop.printed)
+    finally:
+        if loop is not None:
+            loop.stop()
+        mesh.stop_all()
+        if proxy is not None:
+            proxy.close()

@@ -38,6 +38,8 @@ def test_sign_the_first_statements_offline_then_submit_them(make_mesh: object, t
     pki = mesh.workdir / "pki"
     tls = ["--ca", str(pki / "ca.pem"), "--cert", str(pki / "operator.pem"), "--tls-key", str(pki / "operator.key")]
     coordinator = ["--coordinator", mesh.daemons["coordinator"].address, *tls]
+    # Where the operator's checkpoint loop reads what was signed: submit records each statement there.
+    head = ["--head-file", str(mesh.workdir / "keys" / "operator.head.json")]
     key_a = b64url_encode(mesh.deployer_keys["deployer-a"].public_key)
     key_b = b64url_encode(mesh.deployer_keys["deployer-b"].public_key)
 
@@ -51,19 +53,25 @@ def test_sign_the_first_statements_offline_then_submit_them(make_mesh: object, t
     assert first["what"] == "admit a new deployer with its first signing key"
 
     # Connected: submit it, export the log for the next offline signing.
-    assert ok("operator", "submit", "--statement", str(tmp_path / "s0.json"), *coordinator)["sequence"] == 0
+    assert ok("operator", "submit", "--statement", str(tmp_path / "s0.json"), *head, *coordinator)["sequence"] == 0
     export = tmp_path / "export"
     ok("registry", "export", f"--operator-public-key={b64url_encode(mesh.operator.public_key)}",
        "--out", str(export), *coordinator)  # fmt: skip
 
-    # Offline again: --first now would fork the registry, and the coordinator refuses it.
+    # Offline again: --first now would fork the registry. The operator's own record (beside its key)
+    # refuses to sign it; signed elsewhere, the coordinator refuses it.
     second = ok("operator", "enrol", "--key", operator_key, "--deployer", "deployer-b", f"--public-key={key_b}",
                 "--log", str(export / "registry-log.json"), "--out", str(tmp_path / "s1.json"))  # fmt: skip
     assert second["sequence"] == 1
-    fork = ok("operator", "enrol", "--key", operator_key, "--deployer", "deployer-b", f"--public-key={key_b}",
-              "--first", "--out", str(tmp_path / "fork.json"))  # fmt: skip
-    assert fork["sequence"] == 0
-    refused = cli("operator", "submit", "--statement", str(tmp_path / "fork.json"), *coordinator)
+    refused = cli("operator", "enrol", "--key", operator_key, "--deployer", "deployer-b", f"--public-key={key_b}",
+                  "--first", "--out", str(tmp_path / "fork.json"))  # fmt: skip
     assert refused.returncode == 2 and "SEQUENCE_CONFLICT" in refused.stderr, refused.stderr
-    assert ok("operator", "submit", "--statement", str(tmp_path / "s1.json"), *coordinator)["sequence"] == 1
+    assert not (tmp_path / "fork.json").exists()
+    elsewhere = ["--head-file", str(tmp_path / "other-host.json")]
+    fork = ok("operator", "enrol", "--key", operator_key, "--deployer", "deployer-b", f"--public-key={key_b}",
+              "--first", "--out", str(tmp_path / "fork.json"), *elsewhere)  # fmt: skip
+    assert fork["sequence"] == 0
+    refused = cli("operator", "submit", "--statement", str(tmp_path / "fork.json"), *elsewhere, *coordinator)
+    assert refused.returncode == 2 and "SEQUENCE_CONFLICT" in refused.stderr, refused.stderr
+    assert ok("operator", "submit", "--statement", str(tmp_path / "s1.json"), *head, *coordinator)["sequence"] == 1
     mesh.wait_for_registry(2)

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from countersign._proto.v1 import verifier_pb2, verifier_pb2_grpc
-from countersign.client.runtime import verify_path
+from countersign.client import Consumer
 from countersign.client.verifier import VerifierClient
 from countersign.reasons import Reason
 from countersign.records import Path
@@ -61,8 +61,8 @@ def test_the_sdk_verifies_a_48_mib_output_by_its_digest_on_lanes_and_unary(
             assert client.verify(path, output + b"!", audit=True).result.reason is Reason.OUTPUT_MISMATCH
         finally:
             client.close()
-    address = mesh.daemons["verifier-0"].address
-    assert verify_path(path, output, verifier=address, tls=mesh.tls_for("client"), audit=True).result
+    with Consumer.online(mesh.daemons["verifier-0"].address, mesh.tls_for("client")) as consumer:
+        assert consumer.path(path, output, audit=True).result
 
 
 def test_the_wire_takes_the_digest_or_bounded_bytes_and_refuses_both_or_a_bad_digest(

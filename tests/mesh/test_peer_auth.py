@@ -225,9 +225,13 @@ def test_child_signer_pins_the_parents_identity_not_its_address(mesh: LocalMesh)
     grant = a.open_grant(root, "deployer-b")
     before = issued_digests(mesh, "deployer-b")
     error = service_error(lambda: b.accept(root, grant, mesh.daemons["deployer-c"].address, "r"))
-    assert (error.code, error.status) == ("PARENT_UNREACHABLE", grpc.StatusCode.UNAVAILABLE)
+    # Not retryable: the server there says what it is (deployer-c's signer), and it is not the parent's.
+    assert (error.code, error.status, error.retryable) == ("PARENT_REFUSED", grpc.StatusCode.FAILED_PRECONDITION, False)
+    assert error.details["parent_code"] == "WRONG_SERVER" and "deployer-c" in str(error)
     assert issued_digests(mesh, "deployer-b") == before
     assert grant_row(mesh, "deployer-a", grant.grant_id)[3] is None  # type: ignore[index]
-    assert b.accept(root, grant, mesh.daemons["deployer-a"].address, "r").leaf.record.depth == 1
+    # Among the parent's replicas a wrong one is passed over: the next address named is asked.
+    wrong_then_right = f"{mesh.daemons['deployer-c'].address},{mesh.daemons['deployer-a'].address}"
+    assert b.accept(root, grant, wrong_then_right, "r").leaf.record.depth == 1
     a.close()
     b.close()

@@ -192,8 +192,9 @@ def test_self_enrolment_is_refused(mesh: LocalMesh, submit_as: Callable[[str, Si
         ({"sequence": 2}, "SEQUENCE_CONFLICT", grpc.StatusCode.FAILED_PRECONDITION),
         ({"prev": "sha256:" + "0" * 64}, "CHAIN_MISMATCH", grpc.StatusCode.FAILED_PRECONDITION),
         ({"prev": None}, "CHAIN_MISMATCH", grpc.StatusCode.FAILED_PRECONDITION),
-        ({"deployer": "deployer-a"}, "INVALID_STATEMENT", grpc.StatusCode.FAILED_PRECONDITION),
-        ({"public_key": None}, "INVALID_STATEMENT", grpc.StatusCode.FAILED_PRECONDITION),
+        # One status per code, from the edge's table: a statement that cannot apply is INVALID_ARGUMENT too.
+        ({"deployer": "deployer-a"}, "INVALID_STATEMENT", grpc.StatusCode.INVALID_ARGUMENT),
+        ({"public_key": None}, "INVALID_STATEMENT", grpc.StatusCode.INVALID_ARGUMENT),
     ],
     ids=["sequence-ahead", "sequence-behind", "prev-wrong", "prev-null", "already-enrolled", "no-public-key"],
 )

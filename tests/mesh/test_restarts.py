@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from countersign.client import RetryPolicy, SignerClient
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.records import Path
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import children_of, issued_digests, poll, service_error, sha256

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import issued_digests, poll
 

@@ -33,8 +33,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from countersign.client import VerifierClient
-from countersign.client.errors import ServiceError
 from countersign.constructions import RecordFields, issue
+from countersign.errors import ServiceError
 from countersign.keys import Ed25519Signer
 from countersign.records import AgentRef, Construction, Path
 from countersign.samples import SampleMesh

@@ -17,7 +17,7 @@ from functools import partial
 import pytest
 
 from countersign.client import VerifierClient
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.records import Construction, Path
 from countersign.sessions import SessionEvidence
 from tests.replicas.conftest import CHILD_DEPLOYER, PARENT_DEPLOYER, ReplicaSet, now_ms

@@ -24,7 +24,7 @@ from pathlib import Path as FilePath
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from countersign.client import ServiceError
+from countersign.client import ServiceError, SignerClient
 from countersign.records import Path
 from countersign.sessions import SessionEvidence
 from countersign_cli.localmesh import LocalMesh
@@ -130,3 +130,61 @@ def test_a_stream_cut_by_its_replica_resumes_at_the_other(mesh: LocalMesh) -> No
     finally:
         verifier.close()
         runtime.close()
+
+
+def test_one_target_with_several_addresses_fails_over_inside_grpc(tmp_path: FilePath) -> None:
+    """What a DNS name resolving to several addresses gives a client: one channel, whose addresses gRPC
+    moves between (here a gRPC target naming two loopback addresses, the resolver's output written out)."""
+    mesh = LocalMesh(tmp_path / "mesh", deployers=(CHILD,), verifiers=0, signer_replicas={CHILD: 2})
+    with mesh:
+        mesh.setup()
+        mesh.start("coordinator")
+        first, second = mesh.signer_names(CHILD)
+        port = mesh.start(first).port
+        mesh.daemons[second].host, mesh.daemons[second].port = "127.0.0.2", port  # the same port, another address
+        mesh.start(second)
+        mesh.enrol_all()
+        target = f"ipv4:127.0.0.1:{port},127.0.0.2:{port}"
+        runtime = SignerClient(target, mesh.tls_for(f"{CHILD}-runtime"), CHILD)
+        try:
+            assert runtime.addresses == [target], "one entry: one channel over both addresses"
+            agent = runtime.root("resolver", "failover")
+            before = runtime.receipt(agent, hashlib.sha256(b"before").digest(), session="dns")
+            mesh.kill(first)
+            after = runtime.receipt(agent, hashlib.sha256(b"after").digest(), session="dns")
+            assert after.leaf.record.output is not None and after.leaf.record.output.seq == 1
+            assert after.leaf.record.output.prev == before.leaf.digest()
+        finally:
+            runtime.close()
+
+
+def cosign_outcomes(mesh: LocalMesh, name: str) -> dict[str, float]:
+    daemon = mesh.daemons[name]
+    with urllib.request.urlopen(f"http://{daemon.host}:{daemon.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "countersign_cosign_seconds_count"
+    }
+
+
+def test_a_parent_replica_that_cannot_be_reached_is_asked_last_afterwards(mesh: LocalMesh) -> None:
+    """A delegation names the parent's replicas; one cannot be reached. The first delegation asks it and
+    moves on; the next ones ask the reachable one first (spec 21.3), not paying for the lost one again."""
+    parent, child = mesh.runtime(PARENT), mesh.runtime(CHILD)
+    try:
+        root = parent.root("planner", "parent-order", max_children=8)
+        lost = "127.0.0.1:9"  # nothing listens: refused at once
+        parent_signers = f"{lost},{mesh.signer_addresses(PARENT)}"
+        for index in range(4):
+            child.accept(root, parent.open_grant(root, CHILD), parent_signers, f"r{index}")
+        # Every child replica that took a delegation asked the lost address at most once.
+        unreachable = sum(cosign_outcomes(mesh, name).get("unreachable", 0.0) for name in mesh.signer_names(CHILD))
+        served = sum(cosign_outcomes(mesh, name).get("ok", 0.0) for name in mesh.signer_names(CHILD))
+        assert served == 4
+        assert 1 <= unreachable <= len(mesh.signer_names(CHILD))
+    finally:
+        parent.close()
+        child.close()

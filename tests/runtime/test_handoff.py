@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from countersign.canonical import canonicalize
 from countersign.client import Delegation, ErrorCode, Grant, HandoffError, ServiceError
-from countersign.client.handoff import HANDOFF_PREFIX, MAX_HANDOFF_CHARS
+from countersign.handoff import HANDOFF_PREFIX, MAX_HANDOFF_CHARS
 from countersign.records import Construction, Path
 from countersign.samples import SampleMesh
 

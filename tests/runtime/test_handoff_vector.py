@@ -9,8 +9,8 @@ from pathlib import Path as FilePath
 
 import pytest
 
-from countersign.client.handoff import Delegation, HandoffError
 from countersign.errors import ErrorCode
+from countersign.handoff import Delegation, HandoffError
 
 pytestmark = pytest.mark.offline
 
@@ -26,6 +26,14 @@ def test_the_vector_reads_back_and_writes_the_same_string() -> None:
     body = VECTOR["handoff"].removeprefix("cs1.")
     assert "=" not in body
     assert json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))) == decoded
+
+
+def test_a_parent_signer_may_name_its_replicas() -> None:
+    replicated = VECTOR["replicated"]
+    delegation = Delegation.from_string(replicated["handoff"])
+    assert delegation.parent_signer == replicated["parent_signer"]
+    assert delegation.to_string() == replicated["handoff"]
+    assert delegation.grant == Delegation.from_string(VECTOR["handoff"]).grant
 
 
 @pytest.mark.parametrize("case", VECTOR["invalid"], ids=lambda c: c["why"])

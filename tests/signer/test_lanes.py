@@ -17,11 +17,11 @@ import grpc
 import prometheus_client
 import pytest
 
-from countersign._daemon.edge import abort
+from countersign._daemon.edge import STATUS_OF_CODE, abort
 from countersign._daemon.lane_slots import LaneSlots
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
-from countersign.client.errors import ServiceError
 from countersign.client.lanes import Lanes
+from countersign.errors import ServiceError
 
 pytestmark = pytest.mark.daemons  # an in-process gRPC server on loopback
 
@@ -46,7 +46,7 @@ class ScriptedParent(signer_pb2_grpc.SignerServicer):
                 if request.grant_id == "refuse":
                     abort(context, ServiceError("GRANT_USED", "scripted refusal"))
                 if request.grant_id == "full":
-                    abort(context, ServiceError("LANES_EXHAUSTED", "scripted", grpc.StatusCode.RESOURCE_EXHAUSTED))
+                    abort(context, ServiceError("LANES_EXHAUSTED", "scripted"))
                 if request.grant_id == "stall":
                     while context.is_active():
                         time.sleep(0.01)
@@ -224,7 +224,7 @@ def test_lane_slots_cap_each_key_and_the_total() -> None:
     a3, _ = open_lane(lanes, "a", iter([4]))
     with pytest.raises(ServiceError) as raised:
         next(a3)
-    assert (raised.value.code, raised.value.status, raised.value.retryable) == (
+    assert (raised.value.code, STATUS_OF_CODE[raised.value.code], raised.value.retryable) == (
         "LANES_EXHAUSTED",
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         True,

@@ -287,7 +287,10 @@ class PostgresHarness(StoreHarness):
             self._fresh_store = self._track(open_store(self.schemas.url(self.schemas.new())))
         schema = self._fresh_store.schema  # type: ignore[attr-defined]
         with psycopg.connect(self.schemas.base_url, autocommit=True) as conn:
-            conn.execute(f'TRUNCATE "{schema}".consumed_nonces, "{schema}".child_sets, "{schema}".children')
+            conn.execute(
+                f'TRUNCATE "{schema}".consumed_nonces, "{schema}".child_sets, "{schema}".children,'
+                f' "{schema}".verdict_log, "{schema}".verdict_paths, "{schema}".verdict_path_uses'
+            )
         return self._fresh_store
 
     def outage(self) -> contextlib.AbstractContextManager[None] | None:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from countersign.errors import StateUnavailable
 from countersign.impact import ImpactQuery, collect_impact
-from countersign.state import CoSigner, DependencyKind, RecordUse, VerdictEntry, VerifierStore
+from countersign.state import CoSigner, DependencyKind, InMemoryState, RecordUse, VerdictEntry, VerifierStore
 from tests.stores.conftest import StoreHarness
 
 T0 = 1_780_000_000_000
@@ -243,13 +246,7 @@ def test_retention_collects_old_verdicts_and_the_row_bound_trims_the_oldest(harn
         trimmed += batch
     left = [e.verdict_id for e in store.accepts_relying_on(DependencyKind.RECORD, [digest(1)])]
     assert store.verdict_count() == len(left) == 50 - trimmed
-    if harness.name == "dynamodb_emulator":
-        from verifier.stores.dynamodb import VERDICT_SHARDS
-
-        # Per shard: each keeps its newest ceil(20 / shards), so the bound holds within one per shard.
-        assert 20 - VERDICT_SHARDS < len(left) <= -(-20 // VERDICT_SHARDS) * VERDICT_SHARDS
-    else:
-        assert left == [f"v-{n:05d}" for n in range(40, 60)]  # exactly the newest 20
+    assert left == [f"v-{n:05d}" for n in range(40, 60)]  # exactly the newest 20
 
 
 def test_an_outage_refuses_to_record_and_says_so(outage_harness: StoreHarness) -> None:
@@ -281,3 +278,124 @@ def test_a_batch_of_verdicts_is_recorded_whole(harness: StoreHarness) -> None:
         assert [e.verdict_id for e in store.accepts_relying_on(DependencyKind.RECORD, [record.digest])] == [
             e.verdict_id for e in batch
         ]
+
+
+# --- tenancy and bounds (issue 29) ------------------------------------------------------------------
+
+ALICE = "spiffe://countersign.local/client/alice"
+MALLORY = "spiffe://countersign.local/client/mallory"
+
+
+def of(client: str, n: int, records: Sequence[RecordUse], **fields: object) -> VerdictEntry:
+    return replace(entry(n, records, **fields), client=client, verdict_id=f"{client[-5:]}-{n:05d}")  # type: ignore[arg-type]
+
+
+def test_one_client_flooding_the_log_pushes_out_only_its_own_verdicts(harness: StoreHarness) -> None:
+    """Rows: the log trims the client holding the most, oldest first, so a consumer that floods it
+    loses its own verdicts while another's stay whole. Bytes: the same with a byte bound, against a
+    client sending long unique paths."""
+    store = opened(harness)
+    record = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0)
+    for n in range(10):
+        store.record_verdict(of(ALICE, n, (record,)))
+    for n in range(10, 110):
+        store.record_verdict(of(MALLORY, n, (record,)))
+    assert {c: u.rows for c, u in store.verdict_usage().items()} == {ALICE: 10, MALLORY: 100}
+    trimmed = 0
+    while (batch := store.trim_verdict_log(max_rows=50, limit=30)) > 0:
+        trimmed += batch
+    assert trimmed == 60
+    assert {c: u.rows for c, u in store.verdict_usage().items()} == {ALICE: 10, MALLORY: 40}
+    left = [e.verdict_id for e in store.accepts_relying_on(DependencyKind.RECORD, [digest(1)], client=MALLORY)]
+    assert left == [f"llory-{n:05d}" for n in range(70, 110)]  # its newest
+    assert len(store.accepts_relying_on(DependencyKind.RECORD, [digest(1)], client=ALICE)) == 10
+
+    # A path of 40 unique records per verdict: far more bytes than Alice's one-record verdicts.
+    forest = Forest(random.Random(7))
+    forest.grow(roots=1, size=400)
+    chains = [forest.path_to(d) for d in list(forest.records)[-40:]]
+    for n, records in enumerate(chains, start=200):
+        store.record_verdict(of(MALLORY, n, records))
+    usage = store.verdict_usage()
+    assert usage[MALLORY].bytes > 10 * usage[ALICE].bytes
+    budget = usage[ALICE].bytes * 3
+    while store.trim_verdict_log(max_rows=1_000, limit=1_000, max_bytes=budget) > 0:
+        pass
+    after = store.verdict_usage()
+    assert after[ALICE] == usage[ALICE]  # untouched
+    assert sum(u.bytes for u in after.values()) <= budget
+
+
+def test_a_client_sees_only_its_own_verdicts_when_it_asks_for_them(harness: StoreHarness) -> None:
+    store = opened(harness)
+    record = RecordUse(digest(1), "deployer-a", key_of("deployer-a", 0), T0)
+    store.record_verdicts([of(ALICE, 1, (record,)), of(MALLORY, 2, (record,)), of(ALICE, 3, (record,))])
+    mine = store.accepts_relying_on(DependencyKind.KEY, [key_of("deployer-a", 0)], client=ALICE)
+    assert [e.client for e in mine] == [ALICE, ALICE]
+    everyone = store.accepts_relying_on(DependencyKind.KEY, [key_of("deployer-a", 0)])
+    assert [e.client for e in everyone] == [ALICE, MALLORY, ALICE]
+    report = collect_impact(store, ImpactQuery(DependencyKind.RECORD, digest(1)), client=MALLORY)
+    assert {v.entry.client for v in report.verdicts} == {MALLORY}
+
+
+VERDICT_LOG_EXAMPLES = {"memory": 60, "sqlite": 30, "postgresql": 15, "dynamodb_emulator": 6}
+CLIENTS = (ALICE, MALLORY, "spiffe://countersign.local/client/bob")
+
+
+def test_random_verdict_log_sequences_match_the_reference(harness: StoreHarness) -> None:
+    """Records from three clients over a few shared paths (and no path), trims under random row and
+    byte bounds, expiry: the store answers as the reference (:class:`InMemoryState`) does, in what
+    each client holds, what is trimmed and what each lookup returns."""
+    forest = Forest(random.Random(3))
+    forest.grow(roots=2, size=12)
+    pool = [(), *(forest.path_to(d) for d in list(forest.records)[::2])]
+
+    class Machine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.store = cast(VerifierStore, harness.fresh())
+            self.model = InMemoryState()
+            self.n = 0
+            self.now = T0
+
+        @rule(
+            client=st.sampled_from(CLIENTS),
+            paths=st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=3),
+            accepted=st.booleans(),
+            retain=st.sampled_from([T0 + 1_000, FAR]),
+        )
+        def record(self, client: str, paths: list[int], accepted: bool, retain: int) -> None:
+            batch = []
+            for index in paths:
+                self.n += 1
+                verdict = ("ACCEPT", "") if accepted and pool[index] else ("REJECT", "OUTPUT_MISMATCH")
+                batch.append(of(client, self.n, pool[index], verdict=verdict[0], reason=verdict[1], retain=retain))
+            self.store.record_verdicts(batch)
+            self.model.record_verdicts(batch)
+
+        @rule(
+            max_rows=st.integers(0, 12),
+            max_bytes=st.one_of(st.none(), st.integers(0, 20_000)),
+            limit=st.integers(1, 8),
+        )
+        def trim(self, max_rows: int, max_bytes: int | None, limit: int) -> None:
+            expected = self.model.trim_verdict_log(max_rows, limit, max_bytes=max_bytes)
+            assert self.store.trim_verdict_log(max_rows, limit, max_bytes=max_bytes) == expected
+
+        @rule()
+        def expire(self) -> None:
+            self.now = T0 + 1_001
+            assert self.store.collect_expired(self.now) == self.model.collect_expired(self.now)
+
+        @invariant()
+        def same_log(self) -> None:
+            assert self.store.verdict_usage() == self.model.verdict_usage()
+            for client in (None, *CLIENTS):
+                for kind, value in ((DependencyKind.DEPLOYER, "deployer-b"), (DependencyKind.RECORD, digest(1))):
+                    got = self.store.accepts_relying_on(kind, [value], client=client)
+                    assert got == self.model.accepts_relying_on(kind, [value], client=client)
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(max_examples=VERDICT_LOG_EXAMPLES[harness.name], stateful_step_count=12, deadline=None),
+    )

@@ -10,7 +10,7 @@ from pathlib import Path as FilePath
 
 import pytest
 
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.reasons import Reason
 from countersign.records import Path
 from countersign.sessions import SessionEvidence

@@ -654,6 +654,7 @@ def generate(out: FilePath) -> None:
     write(out / "handoff.json", handoff_vector(m))
     write(out / "compact-path.json", compact_vector(m))
     write(out / "mcp.json", mcp_vector())
+    write(out / "openai-agents.json", openai_agents_vector())
     write(out / "rotation.json", rotation_vector())
     write(out / "checkpoint.json", checkpoint_vector())
 
@@ -746,6 +747,39 @@ def mcp_vector() -> dict[str, Any]:
             }
             for name, description, result in cases
         ],
+    }
+
+
+def openai_agents_vector() -> dict[str, Any]:
+    """OpenAI Agents SDK outputs (spec section 22) and the exact bytes their receipts hash: tool results
+    as the ``output`` of their ``function_call_output`` item, final outputs as the agent produced them."""
+    from countersign.integrations.openai_agents import final_output_bytes, tool_output_bytes
+
+    tool_results: list[tuple[str, str, Any]] = [
+        ("text", "a tool that returned text: its UTF-8", "invoice A7: 42.00 \u20ac"),
+        ("stringified", "a tool that returned a dict: the SDK gives the model str() of it, signed as that text",
+         "{'currency': 'EUR', 'limit': 100}"),
+        ("structured", "structured content items (ToolOutputText, ToolOutputImage): canonical JSON of the list",
+         [{"type": "input_text", "text": "refunds within 30 days"},
+          {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}]),
+    ]  # fmt: skip
+    final_outputs: list[tuple[str, str, Any]] = [
+        ("text", "a final output of the default output type (str): its UTF-8", "Refund of 42.00 EUR approved."),
+        ("structured", "a structured final output (output_type): canonical JSON of its JSON form",
+         {"invoice": "A7", "amount": 42, "approved": True}),
+    ]  # fmt: skip
+
+    def case(name: str, description: str, value: Any, signed: bytes, member: str) -> dict[str, Any]:
+        return {
+            "name": name, "description": description, member: value,
+            "signed_bytes": signed.decode("utf-8"), "sha256": sha256_digest(signed),
+        }  # fmt: skip
+
+    return {
+        "description": "docs/spec.md section 22: the bytes an OpenAI Agents SDK tool result's or final output's "
+        "receipt hashes, and their SHA-256.",
+        "tool_results": [case(n, d, v, tool_output_bytes(v), "output") for n, d, v in tool_results],
+        "final_outputs": [case(n, d, v, final_output_bytes(v), "final_output") for n, d, v in final_outputs],
     }
 
 
@@ -906,8 +940,9 @@ def checkpoint_vector() -> dict[str, Any]:
 def handoff_vector(m: SampleMesh) -> dict[str, Any]:
     """A Delegation handoff (spec section 18) for a grant under the root of valid/signed-dag.json's path,
     and strings a child must refuse, each with the reason it is refused."""
-    from countersign.client.handoff import Delegation
+    from countersign.canonical import canonicalize_validated
     from countersign.client.results import Grant
+    from countersign.handoff import Delegation
 
     root = Path(build_path(m, Construction.SIGNED_DAG).envelopes[:1])
     grant = Grant(
@@ -915,15 +950,33 @@ def handoff_vector(m: SampleMesh) -> dict[str, Any]:
         child_deployer="deployer-b", expires_ms=NOW_MS + 60_000,
     )  # fmt: skip
     text = Delegation(root, grant, "signer-a.example:7401").to_string()
+    decoded = json.loads(base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4)))
+    replicas = "signer-a-1.example:7401,signer-a-2.example:7401,[fd00::3]:7401"  # spec 18, 21.3
+    replicated = Delegation(root, grant, replicas).to_string()
+
+    def with_signer(parent_signer: str) -> str:
+        body = canonicalize_validated({**decoded, "parent_signer": parent_signer})
+        return "cs1." + base64.urlsafe_b64encode(body).rstrip(b"=").decode()
+
     return {
         "description": "a Delegation handoff: cs1. then unpadded base64url of the canonical JSON object",
         "handoff": text,
-        "decoded": json.loads(base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4))),
+        "decoded": decoded,
+        "replicated": {
+            "description": "the same grant, its parent_signer naming three replicas of the parent's signer",
+            "handoff": replicated,
+            "parent_signer": replicas,
+        },
         "invalid": [
             {"handoff": "cs2." + text[4:], "why": "an unknown version prefix"},
             {"handoff": text + "=", "why": "padding: one encoding per byte string"},
             {"handoff": text[:-8], "why": "truncated"},
             {"handoff": "cs1." + base64.urlsafe_b64encode(b'{"v":1}').rstrip(b"=").decode(), "why": "members missing"},
+            {"handoff": with_signer(",".join(f"s{i}.example:7401" for i in range(9))), "why": "nine parent signers"},
+            {"handoff": with_signer("a.example:7401,,b.example:7401"), "why": "an empty parent signer"},
+            {"handoff": with_signer("a.example:7401, b.example:7401"), "why": "a space in the parent signers"},
+            {"handoff": with_signer("a.example:7401,b.example"), "why": "a parent signer without a port"},
+            {"handoff": with_signer("a.example:7401,b.example:0"), "why": "a parent signer with port 0"},
         ],
     }
 

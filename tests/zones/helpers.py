@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 
 from countersign.client import VerifierClient
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.reasons import VerificationResult
 from tools.zones.evidence import Evidence
 from tools.zones.mesh import ZoneMesh

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from countersign.client.errors import ServiceError
 from countersign.client.retry import RetryPolicy, delegate_with_retry
+from countersign.errors import ServiceError
 from countersign.records import Path
 from tests.zones.helpers import children_count, grant_used, issued_count, poll, service_error
 
@@ -31,11 +31,14 @@ MARGIN_S = 1.0  # the child's own work, the runtime's call and scheduling on a l
 # After healing, TCP retransmits what the partition held back at its next backoff step; waiting this
 # long lets the child's abandoned edge (on its co-signing lane) reach the parent if it is going to.
 SETTLE_S = 3.5
+# The child's runtime makes one attempt per call: these tests watch the signer fail closed, which the
+# SDK's failover would otherwise retry (PARENT_UNREACHABLE is retryable) until the call's timeout.
+ONE_ATTEMPT = RetryPolicy(attempts=1, attempt_timeout_s=COSIGN_TIMEOUT_MS / 1000 + 3)
 
 
 def test_partitioned_parent_fails_closed_then_heals(make_zones) -> None:
     zoned = make_zones(delay_ms=0.5, cosign_timeout_ms=COSIGN_TIMEOUT_MS)
-    parent_runtime, child_runtime = zoned.runtime("deployer-a"), zoned.runtime("deployer-b")
+    parent_runtime, child_runtime = zoned.runtime("deployer-a"), zoned.runtime("deployer-b", retry=ONE_ATTEMPT)
     address = zoned.signer_address("deployer-a", from_deployer="deployer-b")
     assert address != zoned.local.daemons["deployer-a"].address  # the co-sign goes through zone-b's proxy
     parent = parent_runtime.root("parent", "zones", max_children=8)
@@ -102,7 +105,7 @@ def test_lost_answer_is_completed_by_retrying_the_same_grant(make_zones) -> None
     one grant, one child, no spent grant left without a record.
     """
     zoned = make_zones(delay_ms=0.5, cosign_timeout_ms=COSIGN_TIMEOUT_MS)
-    parent_runtime, child_runtime = zoned.runtime("deployer-a"), zoned.runtime("deployer-b")
+    parent_runtime, child_runtime = zoned.runtime("deployer-a"), zoned.runtime("deployer-b", retry=ONE_ATTEMPT)
     address = zoned.signer_address("deployer-a", from_deployer="deployer-b")
     parent = parent_runtime.root("parent", "zones", max_children=8)
     parent_digest = parent.leaf.digest()

@@ -1,4 +1,4 @@
-"""``python -m tools.zones measure | cleanup | up`` (see docs/zones.md)."""
+"""``python -m tools.zones measure | faults | cleanup | up`` (see docs/zones.md)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,18 @@ def _up(argv: list[str]) -> int:
     parser.add_argument("--delay-ms", type=float, default=0.5)
     parser.add_argument("--loss", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: until Ctrl-C)")
+    parser.add_argument(
+        "--replicas", action="store_true", help="a signer replica of every deployer in every zone, two coordinators"
+    )
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="zones-up-"))
-    with ZoneMesh(workdir, delay_ms=args.delay_ms, loss=args.loss) as zoned:
+    if args.replicas:
+        from tools.zones.faults import replica_mesh
+
+        mesh = replica_mesh(workdir, delay_ms=args.delay_ms)
+    else:
+        mesh = ZoneMesh(workdir, delay_ms=args.delay_ms, loss=args.loss)
+    with mesh as zoned:
         print(f"run {zoned.net.run_id}: workdir {workdir}, delay mode {zoned.delay_mode}")
         for letter, zone in zoned.net.zones.items():
             print(f"  zone-{letter}: netns {zone.netns}, address {zone.ip}")
@@ -55,14 +64,18 @@ def _up(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"measure": None, "cleanup": _cleanup, "up": _up}
+    commands = {"measure": None, "faults": None, "cleanup": _cleanup, "up": _up}
     if not argv or argv[0] not in commands:
-        print("usage: python -m tools.zones {measure [--quick] | cleanup [--force] | up}", file=sys.stderr)
+        print("usage: python -m tools.zones {measure [--quick] | faults | cleanup [--force] | up}", file=sys.stderr)
         return 2
     if argv[0] == "measure":
         from tools.zones.measure import main as measure
 
         return measure(argv[1:])
+    if argv[0] == "faults":
+        from tools.zones.faults import main as faults
+
+        return faults(argv[1:])
     handler = commands[argv[0]]
     assert handler is not None
     return handler(argv[1:])

@@ -45,7 +45,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from countersign.client import VerifierClient
-from countersign.client.errors import ServiceError
+from countersign.errors import ServiceError
 from countersign.keys import Ed25519Signer
 from countersign.reasons import Reason
 from countersign_cli.localmesh import ISSUANCE_BREAKDOWN, histogram_mean

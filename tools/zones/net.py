@@ -5,7 +5,10 @@ Address plan for a run (``N`` chosen per run so parallel runs do not collide)::
     root namespace  csz-<run>   (bridge)  10.77.N.1/24   "local": the test process talking to a
                                                          daemon as if from the daemon's own zone
                                           10.77.N.2/24   "wan": the root proxy's inter-zone routes
-                                                         (client -> verifier, zone -> PostgreSQL)
+                                                         (zone -> PostgreSQL)
+                                          10.77.N.21/24  "client in zone-a": the root proxy's routes
+                                          10.77.N.22/24  from a client in that zone to a daemon in
+                                          10.77.N.23/24  another (verifiers, signer replicas)
     zone-a          csz-<run>-a (netns)   10.77.N.11/24  eth0 <-> veth csz-<run>-a on the bridge
     zone-b          csz-<run>-b           10.77.N.12/24
     zone-c          csz-<run>-c           10.77.N.13/24
@@ -15,10 +18,12 @@ forwarding (the host's ``ip_forward`` and firewall are not touched). Zones have 
 zone can reach nothing but the bridge subnet.
 
 Faults live *inside* the zones' namespaces (their own netfilter tables), never in the root
-namespace: a partition adds ``DROP`` rules on the INPUT chain of both ends; random loss adds
+namespace: a partition adds ``DROP`` rules on the INPUT chain of both ends, for the zones' own addresses
+and for their client addresses (a client in a partitioned zone is cut off with it); random loss adds
 ``-m statistic --mode random --probability p`` DROP rules for packets from other zones and from or to
-the "wan" address (so root-namespace traffic that stands for an inter-zone route is lossy too, and
-the "local" address is not); a link cut sets the host side of a zone's veth down. Deleting a
+the "wan" address and other zones' client addresses (so root-namespace traffic that stands for an
+inter-zone route is lossy too, and the "local" address is not); a link cut sets the host side of a
+zone's veth down. Deleting a
 namespace deletes its rules and its veth with it.
 
 Everything a run creates is recorded in ``<state root>/<run>/run.json`` *before* it is created, so
@@ -142,6 +147,7 @@ class Zone:
     netns: str
     veth: str  # host side, on the bridge
     ip: str
+    client_ip: str = ""  # in the root namespace: where a client in this zone comes from on another zone's routes
 
     @property
     def name(self) -> str:
@@ -216,7 +222,11 @@ class ZoneNetwork:
         self.wan_ip = f"{base}.2"
         for index, letter in enumerate(self.letters):
             self.zones[letter] = Zone(
-                letter, f"{PREFIX}-{self.run_id}-{letter}", f"{PREFIX}-{self.run_id}-{letter}", f"{base}.{11 + index}"
+                letter,
+                f"{PREFIX}-{self.run_id}-{letter}",
+                f"{PREFIX}-{self.run_id}-{letter}",
+                f"{base}.{11 + index}",
+                f"{base}.{21 + index}",
             )
         self._record = {
             "run_id": self.run_id,
@@ -234,6 +244,8 @@ class ZoneNetwork:
         _run([ip, "link", "add", self.bridge, "type", "bridge"])
         _run([ip, "addr", "add", f"{self.root_ip}/24", "dev", self.bridge])
         _run([ip, "addr", "add", f"{self.wan_ip}/24", "dev", self.bridge])
+        for zone in self.zones.values():
+            _run([ip, "addr", "add", f"{zone.client_ip}/24", "dev", self.bridge])
         _run([ip, "link", "set", self.bridge, "up"])
         for zone in self.zones.values():
             peer = zone.veth + "p"
@@ -307,7 +319,8 @@ class ZoneNetwork:
         self._iptables(letter, "-I", hook, "1", "-j", chain)
 
     def partition(self, letter: str, others: Iterable[str] | None = None) -> None:
-        """Cut zone ``letter`` off from the other zones (or only from ``others``), both directions.
+        """Cut zone ``letter`` off from the other zones (or only from ``others``), both directions,
+        clients in those zones included (the root proxy's routes from their client addresses).
 
         Packets are dropped silently on arrival (INPUT of both ends), as a lost link would: senders
         see timeouts, not errors. The root namespace (test process, PostgreSQL forwarder) stays
@@ -320,8 +333,10 @@ class ZoneNetwork:
             peer = self.zone(other)
             self._chain(letter, PARTITION_CHAIN)
             self._chain(other, PARTITION_CHAIN)
-            self._iptables(letter, "-A", PARTITION_CHAIN, "-s", peer.ip, "-j", "DROP")
-            self._iptables(other, "-A", PARTITION_CHAIN, "-s", me.ip, "-j", "DROP")
+            for source in (peer.ip, peer.client_ip):
+                self._iptables(letter, "-A", PARTITION_CHAIN, "-s", source, "-j", "DROP")
+            for source in (me.ip, me.client_ip):
+                self._iptables(other, "-A", PARTITION_CHAIN, "-s", source, "-j", "DROP")
 
     def drop_one_way(self, source: str, destination: str) -> None:
         """Lose every packet from zone ``source`` arriving in zone ``destination`` (one direction only:
@@ -350,11 +365,13 @@ class ZoneNetwork:
             self._iptables(letter, "-F", LOSS_OUT_CHAIN)
             if probability <= 0:
                 continue
-            sources = [z.ip for z in self.zones.values() if z.letter != letter] + [self.wan_ip]
-            for source in sources:
+            others = [z for z in self.zones.values() if z.letter != letter]
+            remote = [self.wan_ip, *(z.client_ip for z in others)]  # the root proxy's inter-zone routes
+            for source in [z.ip for z in others] + remote:
                 self._iptables(letter, "-A", LOSS_CHAIN, "-i", "eth0", "-s", source, *chance)
             # The root namespace has no rules of its own: its direction is dropped on the way out.
-            self._iptables(letter, "-A", LOSS_OUT_CHAIN, "-o", "eth0", "-d", self.wan_ip, *chance)
+            for destination in remote:
+                self._iptables(letter, "-A", LOSS_OUT_CHAIN, "-o", "eth0", "-d", destination, *chance)
 
     def link_down(self, letter: str) -> None:
         """Cut the zone's cable: its veth goes down (nothing reaches it, root namespace included)."""

@@ -54,7 +54,6 @@ already present is a known child (it passes without touching the counter).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -73,15 +72,23 @@ from countersign.state import (
     MAX_LOOKUP_VERDICTS,
     MAX_SESSION_LEAVES,
     ChildEdge,
-    CoSigner,
+    ClientUsage,
     DependencyKind,
     EarlierAcceptance,
     LeafNonce,
     RecordUse,
     StateRejection,
     VerdictEntry,
+    bounded_cause,
     check_session_leaves,
     first_repeated_leaf,
+    path_bytes,
+    path_digest,
+    path_json,
+    path_uses,
+    records_from_json,
+    trim_by_share,
+    verdict_bytes,
 )
 
 NONCE_SK = "nonce"
@@ -97,10 +104,19 @@ TRANSACT_LIMIT = 100  # items per TransactWriteItems (and TransactGetItems on AW
 TRANSACT_GET_CHUNK = 25
 BATCH_WRITE_LIMIT = 25  # requests per BatchWriteItem
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem
-VERDICT_PK_PREFIX = "verdict#"
-VERDICT_COUNT_SK = "verdict-count"
-USES_PK_PREFIX = "uses#"
 VERDICT_SHARDS = 8
+VERDICTS_PK_PREFIX = "verdicts#"  # verdicts#<client key>#<shard>, sk <time>#<verdict id>: a verdict
+PATH_PK_PREFIX = "vpath#"  # vpath#<client key>#<path digest>: sk "path" the path, sk "v#<time>#<id>" a ref
+PATH_SK = "path"
+REF_SK_PREFIX = "v#"
+USE_PK_PREFIX = "vuse#"  # vuse#<kind>#<value>#<shard>, sk <client key>#<path digest>: an index entry
+USAGE_PK_PREFIX = "vusage#"  # vusage#<shard>, sk <client>: n verdicts and bytes of that client there
+SCHEMA_PK = "schema#verdict-log"  # sk "version": 2 once the layout before issue 29 is moved over
+# A path's items live as long as the latest verdict on it, and a day more (refreshed at most daily).
+PATH_RETAIN_SLACK_MS = 86_400_000
+# The layout before issue 29, moved over when a store opens (_move_legacy_verdicts).
+LEGACY_VERDICT_PK_PREFIX = "verdict#"
+LEGACY_USES_PK_PREFIX = "uses#"
 _ATTEMPTS = 8  # optimistic rounds of an admit under contention before giving up (StateUnavailable)
 _OWN_PARAMS = frozenset({"region", "endpoint_url", "connect_timeout", "read_timeout", "max_attempts", "collect"})
 
@@ -230,46 +246,45 @@ def verdict_shard(verdict_id: str) -> int:
     return hashlib.sha256(verdict_id.encode()).digest()[0] % VERDICT_SHARDS
 
 
+def client_key(client: str) -> str:
+    """A client identity as the log's keys name it: 16 hex digits of its SHA-256."""
+    return hashlib.sha256(client.encode()).hexdigest()[:16]
+
+
 def _verdict_sk(time_ms: int, verdict_id: str) -> str:
     return f"{time_ms:013d}#{verdict_id}"
 
 
-def _verdict_key(shard: int, sk: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": f"{VERDICT_PK_PREFIX}{shard}"}, "sk": {"S": sk}}
+def _verdict_pk(client: str, shard: int) -> str:
+    return f"{VERDICTS_PK_PREFIX}{client_key(client)}#{shard}"
 
 
-def _verdict_count_key(shard: int) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": f"{VERDICT_PK_PREFIX}{shard}"}, "sk": {"S": VERDICT_COUNT_SK}}
+def _verdict_key(entry: VerdictEntry) -> dict[str, dict[str, str]]:
+    return {
+        "pk": {"S": _verdict_pk(entry.client, verdict_shard(entry.verdict_id))},
+        "sk": {"S": _verdict_sk(entry.time_ms, entry.verdict_id)},
+    }
 
 
-def _uses_pk(kind: DependencyKind, value: str, shard: int) -> str:
-    return f"{USES_PK_PREFIX}{kind.value}#{value}#{shard}"
+def _path_pk(client: str, digest: bytes) -> str:
+    return f"{PATH_PK_PREFIX}{client_key(client)}#{digest.hex()}"
 
 
-def _uses_of(entry: VerdictEntry) -> list[tuple[DependencyKind, str]]:
-    """Every key, record and deployer an accepted verdict is indexed under (each once)."""
-    uses: dict[tuple[DependencyKind, str], None] = {}
-    for record in entry.records:
-        uses[DependencyKind.RECORD, record.digest] = None
-        for _, deployer, key_id in record.signatures():
-            uses[DependencyKind.KEY, key_id] = None
-            uses[DependencyKind.DEPLOYER, deployer] = None
-    return list(uses)
+def _use_pk(kind: DependencyKind, value: str, shard: int) -> str:
+    return f"{USE_PK_PREFIX}{kind.value}#{value}#{shard}"
 
 
-def _records_json(records: Sequence[RecordUse]) -> str:
-    return json.dumps(
-        [[r.digest, r.deployer, r.key_id, r.created_ms, [[c.role, c.deployer, c.key_id] for c in r.cosigners]]
-         for r in records],
-        separators=(",", ":"),
-    )  # fmt: skip
+def _use_keys(client: str, digest: bytes, records: Sequence[RecordUse]) -> list[dict[str, dict[str, str]]]:
+    shard = digest[0] % VERDICT_SHARDS
+    sk = f"{client_key(client)}#{digest.hex()}"
+    return [{"pk": {"S": _use_pk(kind, value, shard)}, "sk": {"S": sk}} for kind, value in path_uses(records)]
 
 
-def _entry_from_item(item: Mapping[str, Any]) -> VerdictEntry:
-    records = tuple(
-        RecordUse(digest, deployer, key_id, int(created), tuple(CoSigner(*c) for c in cosigners))
-        for digest, deployer, key_id, created, cosigners in json.loads(item["records"]["S"])
-    )
+def _usage_key(client: str, shard: int) -> dict[str, dict[str, str]]:
+    return {"pk": {"S": f"{USAGE_PK_PREFIX}{shard}"}, "sk": {"S": client}}
+
+
+def _entry_from_item(item: Mapping[str, Any], construction: str, records: tuple[RecordUse, ...]) -> VerdictEntry:
     return VerdictEntry(
         verdict_id=item["verdict_id"]["S"],
         time_ms=int(item["time_ms"]["N"]),
@@ -279,12 +294,21 @@ def _entry_from_item(item: Mapping[str, Any]) -> VerdictEntry:
         registry_sequence=int(item["registry_sequence"]["N"]),
         verdict=item["verdict"]["S"],
         reason=item["reason"]["S"],
-        construction=item["construction"]["S"],
+        construction=construction,
         records=records,
         retain_until_ms=int(item["retain_until_ms"]["N"]),
         needs_revalidation=bool(item.get("needs_revalidation", {}).get("BOOL", False)),
         revalidation_cause=item.get("revalidation_cause", {}).get("S", ""),
     )
+
+
+def _legacy_entry(item: Mapping[str, Any]) -> VerdictEntry:
+    """A verdict item of the layout before issue 29 (``verdict#<s>``, its records inline)."""
+    return _entry_from_item(item, item["construction"]["S"], records_from_json(item["records"]["S"]))
+
+
+def _retention(retain_until_ms: int) -> dict[str, dict[str, str]]:
+    return {"retain_until_ms": {"N": str(retain_until_ms)}, TTL_ATTRIBUTE: {"N": _expires_at(retain_until_ms)}}
 
 
 class _Contended(Exception):
@@ -300,6 +324,7 @@ class DynamoDbState:
         self._client = client if client is not None else make_client(self.settings)
         self._scan_cursor: dict[str, Any] | None = None
         self._check_table()
+        self._move_legacy_verdicts()
 
     @contextmanager
     def _calls(self, what: str) -> Iterator[None]:
@@ -609,20 +634,22 @@ class DynamoDbState:
         key = {"pk": item["pk"], "sk": item["sk"]}
         expired = {":now": {"N": str(now_ms)}}
         try:
-            if pk.startswith(USES_PK_PREFIX):
-                # An index entry expires with its verdict; not an entry of its own (not counted).
+            if pk.startswith(VERDICTS_PK_PREFIX):
+                return self._forget_item(item, expired_before=now_ms).rows
+            if pk.startswith(PATH_PK_PREFIX):
+                if sk.startswith(REF_SK_PREFIX):  # left by a forget that failed half-way
+                    self._client.delete_item(
+                        TableName=self.table, Key=key, ConditionExpression="retain_until_ms < :now",
+                        ExpressionAttributeValues=expired,
+                    )  # fmt: skip
+                self._drop_path_if_unused(pk)  # a path outlives its verdicts by a day at most
+                return 0
+            if pk.startswith((USE_PK_PREFIX, LEGACY_USES_PK_PREFIX, LEGACY_VERDICT_PK_PREFIX)):
                 self._client.delete_item(
                     TableName=self.table, Key=key, ConditionExpression="retain_until_ms < :now",
                     ExpressionAttributeValues=expired,
                 )  # fmt: skip
                 return 0
-            if pk.startswith(VERDICT_PK_PREFIX):
-                self._client.delete_item(
-                    TableName=self.table, Key=key, ConditionExpression="retain_until_ms < :now",
-                    ExpressionAttributeValues=expired,
-                )  # fmt: skip
-                self._count_verdicts(int(pk[len(VERDICT_PK_PREFIX) :]), -1)
-                return 1
             if sk == NONCE_SK:
                 self._client.delete_item(
                     TableName=self.table,
@@ -690,39 +717,34 @@ class DynamoDbState:
 
     # -- the verdict log -----------------------------------------------------------------------
 
-    def _count_verdicts(self, shard: int, delta: int) -> None:
-        """Keep the shard's verdict count beside its items (not in their transaction: one counter item
-        per shard in every verdict's transaction would make concurrent verdicts conflict). So the row
-        bound is approximate: a write that fails between the two leaves the count one off."""
+    def _count_usage(self, client: str, shard: int, rows: int, size: int) -> None:
+        """Keep a client's rows and bytes beside its items (not in their writes: one counter in every
+        verdict's transaction would make concurrent verdicts conflict). So the bounds are approximate:
+        a write that fails between the two leaves the count off by one verdict."""
         self._client.update_item(
             TableName=self.table,
-            Key=_verdict_count_key(shard),
-            UpdateExpression="ADD n :delta",
-            ExpressionAttributeValues={":delta": {"N": str(delta)}},
+            Key=_usage_key(client, shard),
+            UpdateExpression="ADD n :rows, b :bytes",
+            ExpressionAttributeValues={":rows": {"N": str(rows)}, ":bytes": {"N": str(size)}},
         )
 
     def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
         """Each as :meth:`record_verdict` (DynamoDB has no flush to share, and a transaction would
-        conflict on the shards' counters under load, ADR 0015); the first failure stops the batch."""
+        conflict on the usage counters under load, ADR 0015); the first failure stops the batch."""
         for entry in entries:
             self.record_verdict(entry)
 
     def record_verdict(self, entry: VerdictEntry) -> None:
-        """The index entries first (BatchWriteItem, unconditional and idempotent), the verdict item
-        last: a verdict is never held without its index, and entries left by a write that failed
-        half-way point at no verdict, so lookups skip them and collection removes them."""
+        """Its path's ref first, then its path and the path's index entries if the client's store
+        lacks them (or their retention is to be extended), the verdict item last: a verdict is never
+        held without its path and index. Without a transaction: a collector dropping the path at the
+        same moment finds the ref and puts the path back (:meth:`_drop_path_if_unused`)."""
         shard = verdict_shard(entry.verdict_id)
         sk = _verdict_sk(entry.time_ms, entry.verdict_id)
-        retain = {
-            "retain_until_ms": {"N": str(entry.retain_until_ms)},
-            TTL_ATTRIBUTE: {"N": _expires_at(entry.retain_until_ms)},
-        }
-        index = [
-            {"PutRequest": {"Item": {"pk": {"S": _uses_pk(kind, value, shard)}, "sk": {"S": sk}, **retain}}}
-            for kind, value in (_uses_of(entry) if entry.accepted else [])
-        ]
-        item = {
-            **_verdict_key(shard, sk),
+        digest = path_digest(entry.construction, entry.records)
+        item: dict[str, Any] = {
+            "pk": {"S": _verdict_pk(entry.client, shard)},
+            "sk": {"S": sk},
             "verdict_id": {"S": entry.verdict_id},
             "time_ms": {"N": str(entry.time_ms)},
             "mode": {"S": entry.mode},
@@ -731,14 +753,23 @@ class DynamoDbState:
             "registry_sequence": {"N": str(entry.registry_sequence)},
             "verdict": {"S": entry.verdict},
             "reason": {"S": entry.reason},
-            "construction": {"S": entry.construction},
-            "records": {"S": _records_json(entry.records)},
-            "needs_revalidation": {"BOOL": False},
-            **retain,
+            "needs_revalidation": {"BOOL": entry.needs_revalidation},
+            "bytes": {"N": str(verdict_bytes(entry))},
+            **_retention(entry.retain_until_ms),
         }
+        if entry.needs_revalidation:
+            item["revalidation_cause"] = {"S": bounded_cause(entry.revalidation_cause)}
         with self._calls("record verdict"):
-            for start in range(0, len(index), BATCH_WRITE_LIMIT):
-                self._batch_write(index[start : start + BATCH_WRITE_LIMIT])
+            if digest is not None:
+                item["path"] = {"S": digest.hex()}
+                self._client.put_item(
+                    TableName=self.table,
+                    Item={
+                        "pk": {"S": _path_pk(entry.client, digest)}, "sk": {"S": REF_SK_PREFIX + sk},
+                        "vpk": item["pk"], "accepted": {"BOOL": entry.accepted}, **_retention(entry.retain_until_ms),
+                    },
+                )  # fmt: skip
+                self._keep_path(entry, digest)
             try:
                 self._client.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
             except ClientError as exc:
@@ -747,7 +778,93 @@ class DynamoDbState:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
                 return
-            self._count_verdicts(shard, 1)
+            self._count_usage(entry.client, shard, 1, verdict_bytes(entry))
+
+    def _keep_path(self, entry: VerdictEntry, digest: bytes) -> None:
+        """Make sure the client's store holds ``entry``'s path and its index entries, kept at least as
+        long as ``entry`` (extended a day at a time, so a path in daily use is written once a day)."""
+        key = {"pk": {"S": _path_pk(entry.client, digest)}, "sk": {"S": PATH_SK}}
+        held = self._client.get_item(TableName=self.table, Key=key, ConsistentRead=True).get("Item")
+        if held is not None and int(held["retain_until_ms"]["N"]) >= entry.retain_until_ms:
+            return
+        retain = _retention(entry.retain_until_ms + PATH_RETAIN_SLACK_MS)
+        size = path_bytes(entry.construction, entry.records)
+        uses = [{"PutRequest": {"Item": {**k, **retain}}} for k in _use_keys(entry.client, digest, entry.records)]
+        for start in range(0, len(uses), BATCH_WRITE_LIMIT):
+            self._batch_write(uses[start : start + BATCH_WRITE_LIMIT])
+        path = {
+            **key, "client": {"S": entry.client}, "construction": {"S": entry.construction},
+            "records": {"S": path_json(entry.records)}, "bytes": {"N": str(size)}, **retain,
+        }  # fmt: skip
+        if held is not None:
+            self._client.put_item(TableName=self.table, Item=path)
+            return
+        try:
+            self._client.put_item(TableName=self.table, Item=path, ConditionExpression="attribute_not_exists(pk)")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return  # another replica stored it meanwhile (and counted it)
+        self._count_usage(entry.client, digest[0] % VERDICT_SHARDS, 0, size)
+
+    def _drop_path_if_unused(self, pk: str) -> int:
+        """Drop the path item of partition ``pk`` and its index entries if no ref is left there;
+        return the bytes it counted for (0 if kept or gone). The path item goes first, then the refs
+        are read: a verdict recorded meanwhile (its ref is written before it looks at the path) is
+        seen here and the path is put back, or it finds the path gone and writes it afresh."""
+        try:
+            old = self._client.delete_item(
+                TableName=self.table, Key={"pk": {"S": pk}, "sk": {"S": PATH_SK}}, ReturnValues="ALL_OLD"
+            ).get("Attributes")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return 0
+        if old is None:
+            return 0
+        refs = self._client.query(
+            TableName=self.table, ConsistentRead=True, Limit=1,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :ref)",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":ref": {"S": REF_SK_PREFIX}},
+        )  # fmt: skip
+        if refs.get("Items"):
+            try:
+                self._client.put_item(TableName=self.table, Item=old, ConditionExpression="attribute_not_exists(pk)")
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+            return 0
+        digest = bytes.fromhex(pk.rsplit("#", 1)[1])
+        client = old["client"]["S"]
+        for use in _use_keys(client, digest, records_from_json(old["records"]["S"])):
+            self._client.delete_item(TableName=self.table, Key=use)
+        size = int(old["bytes"]["N"])
+        self._count_usage(client, digest[0] % VERDICT_SHARDS, 0, -size)
+        return size
+
+    def _forget_item(self, item: Mapping[str, Any], *, expired_before: int | None = None) -> ClientUsage:
+        """Forget one verdict item: the item (if still there, and expired when ``expired_before`` is
+        given), its ref, its count, and its path if no verdict of its client is left on it. Returns
+        the rows (0 or 1) and bytes that went."""
+        condition = "attribute_exists(pk)" + ("" if expired_before is None else " AND retain_until_ms < :now")
+        values = {} if expired_before is None else {"ExpressionAttributeValues": {":now": {"N": str(expired_before)}}}
+        try:
+            self._client.delete_item(
+                TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]}, ConditionExpression=condition, **values
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return ClientUsage(0, 0)  # another replica's collector took it
+            raise
+        client = item["client"]["S"]
+        freed = int(item.get("bytes", {}).get("N", "0"))
+        self._count_usage(client, verdict_shard(item["verdict_id"]["S"]), -1, -freed)
+        if "path" in item:
+            pk = _path_pk(client, bytes.fromhex(item["path"]["S"]))
+            ref = {"pk": {"S": pk}, "sk": {"S": REF_SK_PREFIX + item["sk"]["S"]}}
+            self._client.delete_item(TableName=self.table, Key=ref)
+            freed += self._drop_path_if_unused(pk)
+        return ClientUsage(1, freed)
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> None:
         """One BatchWriteItem, resending what DynamoDB left unprocessed (throttling) a few times."""
@@ -761,22 +878,89 @@ class DynamoDbState:
         raise StateUnavailable(f"DynamoDB table {self.table} (record verdict): index writes left unprocessed")
 
     def accepts_relying_on(
-        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+        self,
+        kind: DependencyKind,
+        values: Sequence[str],
+        *,
+        since_ms: int = 0,
+        limit: int = MAX_LOOKUP_VERDICTS,
+        client: str | None = None,
     ) -> list[VerdictEntry]:
-        keys: set[tuple[int, str]] = set()
+        mine = None if client is None else client_key(client) + "#"
         with self._calls("verdict lookup"):
+            paths: set[str] = set()
             for value in dict.fromkeys(values):
                 for shard in range(VERDICT_SHARDS):
-                    keys.update((shard, sk) for sk in self._index_range(_uses_pk(kind, value, shard), since_ms, limit))
-            oldest = sorted(keys, key=lambda k: k[1])[:limit]
+                    paths.update(
+                        PATH_PK_PREFIX + sk for sk in self._range(_use_pk(kind, value, shard), mine or "", limit=None)
+                    )
+            refs: list[tuple[str, str]] = []  # (sk of the verdict, its pk)
+            for pk in sorted(paths):
+                for ref in self._refs(pk, since_ms, limit):
+                    refs.append((ref["sk"]["S"][len(REF_SK_PREFIX) :], ref["vpk"]["S"]))
+            oldest = sorted(set(refs))[:limit]
             items: list[Mapping[str, Any]] = []
             for start in range(0, len(oldest), BATCH_GET_LIMIT):
                 items += self._batch_get(
-                    [_verdict_key(shard, sk) for shard, sk in oldest[start : start + BATCH_GET_LIMIT]]
+                    [{"pk": {"S": pk}, "sk": {"S": sk}} for sk, pk in oldest[start : start + BATCH_GET_LIMIT]]
                 )
-        # An index entry whose verdict is gone (collected, or its write failed half-way) finds nothing.
-        entries = sorted((_entry_from_item(item) for item in items), key=lambda e: (e.time_ms, e.verdict_id))
-        return [e for e in entries if e.accepted]
+            wanted = {_path_pk(i["client"]["S"], bytes.fromhex(i["path"]["S"])) for i in items if "path" in i}
+            held: dict[str, Mapping[str, Any]] = {}
+            ordered = sorted(wanted)
+            for start in range(0, len(ordered), BATCH_GET_LIMIT):
+                for path in self._batch_get(
+                    [{"pk": {"S": pk}, "sk": {"S": PATH_SK}} for pk in ordered[start : start + BATCH_GET_LIMIT]]
+                ):
+                    held[path["pk"]["S"]] = path
+        entries = []
+        for item in items:
+            if item["verdict"]["S"] != "ACCEPT" or "path" not in item:
+                continue
+            stored = held.get(_path_pk(item["client"]["S"], bytes.fromhex(item["path"]["S"])))
+            if stored is None:
+                continue  # dropped by a collector this instant and being put back: seen on the next lookup
+            records = records_from_json(stored["records"]["S"])
+            entries.append(_entry_from_item(item, stored["construction"]["S"], records))
+        return sorted(entries, key=lambda e: (e.time_ms, e.verdict_id))
+
+    def _range(self, pk: str, prefix: str, *, limit: int | None) -> list[str]:
+        """Sort keys of partition ``pk`` beginning with ``prefix`` (all of them without a limit)."""
+        found: list[str] = []
+        condition = "pk = :pk" + (" AND begins_with(sk, :prefix)" if prefix else "")
+        values = {":pk": {"S": pk}, **({":prefix": {"S": prefix}} if prefix else {})}
+        request: dict[str, Any] = {
+            "TableName": self.table, "ConsistentRead": True, "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values, "ProjectionExpression": "sk",
+        }  # fmt: skip
+        while limit is None or len(found) < limit:
+            page = self._client.query(**request)
+            found.extend(item["sk"]["S"] for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return found
+
+    def _refs(self, pk: str, since_ms: int, limit: int) -> list[Mapping[str, Any]]:
+        """A path's refs from ``since_ms`` on, of accepted verdicts, oldest first, at most ``limit``."""
+        found: list[Mapping[str, Any]] = []
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :since AND :end",
+            "FilterExpression": "accepted = :yes",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": pk}, ":since": {"S": f"{REF_SK_PREFIX}{max(0, since_ms):013d}"},
+                ":end": {"S": REF_SK_PREFIX + "~"}, ":yes": {"BOOL": True},
+            },
+            "ProjectionExpression": "sk, vpk",
+        }  # fmt: skip
+        while len(found) < limit:
+            page = self._client.query(**request)
+            found.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return found[:limit]
 
     def _batch_get(self, keys: list[dict[str, dict[str, str]]]) -> list[Mapping[str, Any]]:
         """Consistent reads of ``keys`` (BatchGetItem), resending unprocessed keys a few times; items
@@ -792,25 +976,6 @@ class DynamoDbState:
             time.sleep(min(0.2, 0.005 * 2**attempt))
         raise StateUnavailable(f"DynamoDB table {self.table} (verdict lookup): reads left unprocessed")
 
-    def _index_range(self, pk: str, since_ms: int, limit: int) -> list[str]:
-        """Sort keys of one index partition from ``since_ms`` on, oldest first, at most ``limit``."""
-        found: list[str] = []
-        request: dict[str, Any] = {
-            "TableName": self.table,
-            "ConsistentRead": True,
-            "KeyConditionExpression": "pk = :pk AND sk >= :since",
-            "ExpressionAttributeValues": {":pk": {"S": pk}, ":since": {"S": f"{max(0, since_ms):013d}"}},
-            "ProjectionExpression": "sk",
-            "Limit": min(1000, limit),
-        }
-        while len(found) < limit:
-            page = self._client.query(**request)
-            found.extend(item["sk"]["S"] for item in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                break
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return found[:limit]
-
     def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
         """One conditional UpdateItem per verdict (unflagged, and still there): DynamoDB applies the
         conditional writes to one item one at a time, so replicas marking together count it once."""
@@ -820,11 +985,11 @@ class DynamoDbState:
                 try:
                     self._client.update_item(
                         TableName=self.table,
-                        Key=_verdict_key(verdict_shard(entry.verdict_id), _verdict_sk(entry.time_ms, entry.verdict_id)),
+                        Key=_verdict_key(entry),
                         UpdateExpression="SET needs_revalidation = :yes, revalidation_cause = :cause, marked_ms = :now",
                         ConditionExpression="needs_revalidation = :no",
                         ExpressionAttributeValues={
-                            ":yes": {"BOOL": True}, ":no": {"BOOL": False}, ":cause": {"S": cause},
+                            ":yes": {"BOOL": True}, ":no": {"BOOL": False}, ":cause": {"S": bounded_cause(cause)},
                             ":now": {"N": str(now_ms)},
                         },
                     )  # fmt: skip
@@ -835,59 +1000,85 @@ class DynamoDbState:
                 marked += 1
         return marked
 
-    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
-        """Forget the oldest verdicts of each shard beyond its share of ``max_rows``. With ``collect=ttl``
-        this does nothing: DynamoDB's TTL deletes items without the counts knowing, so the counts would
-        overstate what is held and the bound would forget too much (retention alone bounds the log)."""
+    def verdict_usage(self) -> dict[str, ClientUsage]:
+        with self._calls("verdict usage"):
+            return self._usage()
+
+    def _usage(self) -> dict[str, ClientUsage]:
+        usage: dict[str, ClientUsage] = {}
+        for shard in range(VERDICT_SHARDS):
+            request: dict[str, Any] = {
+                "TableName": self.table, "ConsistentRead": True, "KeyConditionExpression": "pk = :pk",
+                "ExpressionAttributeValues": {":pk": {"S": f"{USAGE_PK_PREFIX}{shard}"}},
+            }  # fmt: skip
+            while True:
+                page = self._client.query(**request)
+                for item in page.get("Items", []):
+                    held = usage.get(item["sk"]["S"], ClientUsage(0, 0))
+                    usage[item["sk"]["S"]] = ClientUsage(
+                        held.rows + int(item.get("n", {}).get("N", "0")),
+                        held.bytes + int(item.get("b", {}).get("N", "0")),
+                    )
+                if "LastEvaluatedKey" not in page:
+                    break
+                request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return {c: ClientUsage(max(0, u.rows), max(0, u.bytes)) for c, u in usage.items() if u.rows > 0 or u.bytes > 0}
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000, *, max_bytes: int | None = None) -> int:
+        """:func:`countersign.state.trim_by_share` over the usage counters. With ``collect=ttl`` this
+        does nothing: DynamoDB's TTL deletes items without the counters knowing, so they would
+        overstate what is held and the bounds would forget too much (retention alone bounds the log)."""
         if self.settings.collect == "ttl" or limit <= 0:
             return 0
-        per_shard = -(-max_rows // VERDICT_SHARDS)
-        removed = 0
-        with self._calls("trim verdicts"):
-            counts = self._shard_counts()
-            for shard, held in enumerate(counts):
-                excess = min(held - per_shard, limit - removed)
-                if excess <= 0:
-                    continue
+
+        def forget_oldest(client: str, count: int) -> ClientUsage:
+            items: list[Mapping[str, Any]] = []
+            for shard in range(VERDICT_SHARDS):
+                partition = {":pk": {"S": _verdict_pk(client, shard)}}
                 page = self._client.query(
-                    TableName=self.table,
-                    ConsistentRead=True,
-                    KeyConditionExpression="pk = :pk AND sk < :counter",
-                    ExpressionAttributeValues={
-                        ":pk": {"S": f"{VERDICT_PK_PREFIX}{shard}"}, ":counter": {"S": VERDICT_COUNT_SK}
-                    },
-                    Limit=excess,
+                    TableName=self.table, ConsistentRead=True, Limit=count, KeyConditionExpression="pk = :pk",
+                    ExpressionAttributeValues=partition,
                 )  # fmt: skip
-                for item in page.get("Items", []):
-                    removed += self._forget(shard, item)
-        return removed
+                items += page.get("Items", [])
+            gone = [self._forget_item(item) for item in sorted(items, key=lambda i: i["sk"]["S"])[:count]]
+            return ClientUsage(sum(g.rows for g in gone), sum(g.bytes for g in gone))
 
-    def _forget(self, shard: int, item: Mapping[str, Any]) -> int:
-        entry = _entry_from_item(item)
-        sk = item["sk"]["S"]
-        for kind, value in _uses_of(entry) if entry.accepted else []:
-            self._client.delete_item(
-                TableName=self.table, Key={"pk": {"S": _uses_pk(kind, value, shard)}, "sk": {"S": sk}}
-            )
-        try:
-            self._client.delete_item(
-                TableName=self.table, Key=_verdict_key(shard, sk), ConditionExpression="attribute_exists(pk)"
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return 0  # another replica's collector took it
-            raise
-        self._count_verdicts(shard, -1)
-        return 1
-
-    def _shard_counts(self) -> list[int]:
-        counts = {item["pk"]["S"]: int(item["n"]["N"]) for item in self._batch_get(
-            [_verdict_count_key(shard) for shard in range(VERDICT_SHARDS)]) if "n" in item}  # fmt: skip
-        return [max(0, counts.get(f"{VERDICT_PK_PREFIX}{shard}", 0)) for shard in range(VERDICT_SHARDS)]
+        with self._calls("trim verdicts"):
+            return trim_by_share(self._usage(), max_rows, max_bytes, limit, forget_oldest)
 
     def verdict_count(self) -> int:
         with self._calls("verdict count"):
-            return sum(self._shard_counts())
+            return sum(u.rows for u in self._usage().values())
+
+    def _move_legacy_verdicts(self) -> None:
+        """The verdict items of the layout before issue 29 (``verdict#<s>``, records inline, an index
+        item per key, record and deployer of each verdict) into the new one, marks kept, then gone;
+        once per table (a marker item records it). Replicas doing it at once do the same writes."""
+        marker = {"pk": {"S": SCHEMA_PK}, "sk": {"S": "version"}}
+        with self._calls("move legacy verdicts"):
+            if self._client.get_item(TableName=self.table, Key=marker, ConsistentRead=True).get("Item"):
+                return
+            request: dict[str, Any] = {
+                "TableName": self.table, "ConsistentRead": True, "FilterExpression": "begins_with(pk, :old)",
+                "ExpressionAttributeValues": {":old": {"S": LEGACY_VERDICT_PK_PREFIX}},
+            }  # fmt: skip
+            while True:
+                page = self._client.scan(**request)
+                for item in page.get("Items", []):
+                    if item["sk"]["S"] == "verdict-count":
+                        self._client.delete_item(TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]})
+                        continue
+                    entry = _legacy_entry(item)
+                    self.record_verdict(entry)
+                    shard = item["pk"]["S"][len(LEGACY_VERDICT_PK_PREFIX) :]
+                    for kind, value in path_uses(entry.records) if entry.accepted else []:
+                        legacy = f"{LEGACY_USES_PK_PREFIX}{kind.value}#{value}#{shard}"
+                        self._client.delete_item(TableName=self.table, Key={"pk": {"S": legacy}, "sk": item["sk"]})
+                    self._client.delete_item(TableName=self.table, Key={"pk": item["pk"], "sk": item["sk"]})
+                if "LastEvaluatedKey" not in page:
+                    break
+                request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            self._client.put_item(TableName=self.table, Item={**marker, "v": {"N": "2"}})
 
     def close(self) -> None:
         self._client.close()

@@ -21,9 +21,9 @@ deadlock; it then checks each edge against the locked counters, records new chil
 the counter only when the child row is really new) and finally consumes the leaf nonce with
 ``INSERT ... ON CONFLICT DO NOTHING``: exactly one of any number of concurrent consumers inserts.
 
-The verdict log (schema version 3): ``verdicts`` and its child ``verdict_signatures`` (``ON DELETE
-CASCADE``), indexed by (key id, time), (record digest, time) and (deployer, time); a verdict is
-recorded by one statement (a data-modifying CTE), so all of it or nothing.
+The verdict log (schema version 7, issue 29): what repeats stored once per client identity,
+``verdict_log``, ``verdict_paths`` and ``verdict_path_uses`` (verifier/stores/verdict_rows.py); a
+verdict is recorded by one statement (a data-modifying CTE), so all of it or nothing.
 """
 
 from __future__ import annotations
@@ -47,23 +47,34 @@ from countersign.state import (
     MAX_LOOKUP_VERDICTS,
     MAX_SESSION_LEAVES,
     ChildEdge,
+    ClientUsage,
     DependencyKind,
     EarlierAcceptance,
     LeafNonce,
     StateRejection,
     VerdictEntry,
+    bounded_cause,
     check_session_leaves,
+    records_from_json,
+    trim_by_share,
 )
 from verifier.stores.verdict_rows import (
-    LOOKUP_COLUMN,
-    SIGNATURE_COLUMNS,
+    LEGACY_SIGNATURE_COLUMNS,
+    LEGACY_VERDICT_COLUMNS,
+    PATH_COLUMNS,
     VERDICT_COLUMNS,
-    entries_from_rows,
-    signature_rows,
+    VERDICT_FIELDS,
+    PathReader,
+    entry_from_row,
+    kind_code,
+    legacy_entries,
+    marked_row,
+    path_row,
+    use_rows,
     verdict_row,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_SCHEMA = "countersign"
 PASSWORD_ENV = "COUNTERSIGN_STORE_PASSWORD"  # noqa: S105 - the NAME of the variable, not a password
 _OWN_PARAMS = ("schema", "statement_timeout_ms", "pool_min_size", "pool_max_size")
@@ -78,6 +89,8 @@ _ADMIT_ATTEMPTS = 3
 _ACCEPTED = -1
 _REPLAYED = -2
 _RETRY = -3  # consumed before under the same request id: the second column is when
+
+_MOVE_LEGACY = "MOVE LEGACY VERDICTS"  # a migration step run in Python, not a statement
 
 # Each entry is one migration: its statements run in one transaction under the migration lock.
 # ``{schema}`` is replaced by the quoted schema name; nothing else in these texts uses braces.
@@ -489,6 +502,27 @@ END
 $fn$
 """,
     ),
+    # Issue 29: what repeats stored once per client (verifier/stores/verdict_rows.py). The verdicts of
+    # versions 3-6 move over (PostgresState._move_legacy_verdicts), then their tables go.
+    7: (
+        "CREATE TABLE {schema}.verdict_log ("
+        " verdict_id text NOT NULL UNIQUE, time_ms bigint NOT NULL, mode text NOT NULL, client text NOT NULL,"
+        " request_id text NOT NULL, registry_sequence bigint NOT NULL, verdict text NOT NULL, reason text NOT NULL,"
+        " path_digest bytea, retain_until_ms bigint NOT NULL, needs_revalidation boolean NOT NULL DEFAULT false,"
+        " revalidation_cause text NOT NULL DEFAULT '', bytes integer NOT NULL, marked_ms bigint)",
+        "CREATE INDEX verdict_log_by_path ON {schema}.verdict_log (client, path_digest, time_ms)",
+        "CREATE INDEX verdict_log_by_client ON {schema}.verdict_log (client, time_ms, verdict_id)",
+        "CREATE INDEX verdict_log_retention ON {schema}.verdict_log (retain_until_ms)",
+        "CREATE TABLE {schema}.verdict_paths ("
+        " client text NOT NULL, path_digest bytea NOT NULL, construction text NOT NULL, records text NOT NULL,"
+        " bytes integer NOT NULL, PRIMARY KEY (client, path_digest))",
+        "CREATE TABLE {schema}.verdict_path_uses ("
+        " kind text NOT NULL, value text NOT NULL, client text NOT NULL, path_digest bytea NOT NULL,"
+        " PRIMARY KEY (kind, value, client, path_digest))",
+        _MOVE_LEGACY,
+        "DROP TABLE {schema}.verdict_signatures",
+        "DROP TABLE {schema}.verdicts",
+    ),
 }
 
 
@@ -596,42 +630,67 @@ class PostgresState:
         self._count_sql = sql.SQL(
             "SELECT (SELECT count(*) FROM {s}.consumed_nonces) + (SELECT count(*) FROM {s}.children)"
         ).format(s=ident)
+        # A verdict in one statement: its path if the client's store lacks it (locking the path row
+        # if it is there, so a collector cannot take the path from under it), the path's index
+        # entries if the path is new, and the verdict row.
         self._record_sql = sql.SQL(
-            "WITH v AS (INSERT INTO {s}.verdicts ({vc}) VALUES ({vp}))"
-            " INSERT INTO {s}.verdict_signatures ({sc}) SELECT * FROM unnest("
-            "%s::text[], %s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+            "WITH p AS (INSERT INTO {s}.verdict_paths AS old ({pc}) SELECT %s, %s, %s, %s, %s WHERE %s"
+            " ON CONFLICT (client, path_digest) DO UPDATE SET bytes = old.bytes WHERE false"
+            " RETURNING client, path_digest),"
+            " u AS (INSERT INTO {s}.verdict_path_uses (kind, value, client, path_digest)"
+            " SELECT x.kind, x.value, p.client, p.path_digest FROM p, unnest(%s::text[], %s::text[]) AS x(kind, value)"
+            " ON CONFLICT DO NOTHING)"
+            " INSERT INTO {s}.verdict_log ({vc}) VALUES ({vp})"
         ).format(
-            s=ident,
-            vc=sql.SQL(VERDICT_COLUMNS),
-            vp=sql.SQL(", ".join(["%s"] * 12)),
-            sc=sql.SQL(SIGNATURE_COLUMNS),
-        )
+            s=ident, pc=sql.SQL(PATH_COLUMNS), vc=sql.SQL(VERDICT_COLUMNS),
+            vp=sql.SQL(", ".join(["%s"] * VERDICT_FIELDS)),
+        )  # fmt: skip
+        select_entry = sql.SQL(
+            "SELECT {vc}, p.construction, p.records FROM {s}.verdict_log AS v LEFT JOIN {s}.verdict_paths AS p"
+            " ON p.client = v.client AND p.path_digest = v.path_digest"
+        ).format(s=ident, vc=sql.SQL(", ".join("v." + c.strip() for c in VERDICT_COLUMNS.split(","))))
         self._lookup_sql = {
-            kind: sql.SQL(
-                "SELECT {vc} FROM {s}.verdicts WHERE verdict = 'ACCEPT' AND verdict_id IN ("
-                " SELECT verdict_id FROM {s}.verdict_signatures WHERE {col} = ANY(%s::text[]) AND time_ms >= %s)"
-                " ORDER BY time_ms, verdict_id LIMIT %s"
-            ).format(s=ident, vc=sql.SQL(VERDICT_COLUMNS), col=sql.Identifier(column))
-            for kind, column in LOOKUP_COLUMN.items()
+            mine: sql.SQL(
+                "{select} WHERE v.verdict = 'ACCEPT' AND v.time_ms >= %s AND (v.client, v.path_digest) IN ("
+                " SELECT client, path_digest FROM {s}.verdict_path_uses WHERE kind = %s AND value = ANY(%s::text[])"
+                "{mine}) ORDER BY v.time_ms, v.verdict_id LIMIT %s"
+            ).format(select=select_entry, s=ident, mine=sql.SQL(" AND client = %s" if mine else ""))
+            for mine in (False, True)
         }
-        self._signatures_sql = sql.SQL(
-            "SELECT verdict_id, position, role, record_digest, deployer, key_id, created_ms"
-            " FROM {s}.verdict_signatures WHERE verdict_id = ANY(%s::text[])"
-        ).format(s=ident)
         self._mark_sql = sql.SQL(
-            "UPDATE {s}.verdicts SET needs_revalidation = true, revalidation_cause = %s, marked_ms = %s"
+            "UPDATE {s}.verdict_log SET needs_revalidation = true, revalidation_cause = %s, marked_ms = %s"
             " WHERE verdict_id = ANY(%s::text[]) AND NOT needs_revalidation"
         ).format(s=ident)
-        self._collect_verdicts_sql = sql.SQL(
-            "DELETE FROM {s}.verdicts WHERE verdict_id IN ("
-            " SELECT verdict_id FROM {s}.verdicts WHERE retain_until_ms < %s"
-            " ORDER BY retain_until_ms LIMIT %s FOR UPDATE SKIP LOCKED)"
+        self._expired_sql = sql.SQL(
+            "DELETE FROM {s}.verdict_log WHERE verdict_id IN ("
+            " SELECT verdict_id FROM {s}.verdict_log WHERE retain_until_ms < %s"
+            " ORDER BY retain_until_ms LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING client, path_digest, bytes"
         ).format(s=ident)
-        self._trim_sql = sql.SQL(
-            "DELETE FROM {s}.verdicts WHERE verdict_id IN ("
-            " SELECT verdict_id FROM {s}.verdicts ORDER BY time_ms, verdict_id LIMIT %s FOR UPDATE SKIP LOCKED)"
+        self._oldest_sql = sql.SQL(
+            "DELETE FROM {s}.verdict_log WHERE verdict_id IN ("
+            " SELECT verdict_id FROM {s}.verdict_log WHERE client = %s ORDER BY time_ms, verdict_id LIMIT %s"
+            " FOR UPDATE SKIP LOCKED) RETURNING client, path_digest, bytes"
         ).format(s=ident)
-        self._verdict_count_sql = sql.SQL("SELECT count(*) FROM {s}.verdicts").format(s=ident)
+        self._lock_paths_sql = sql.SQL(
+            "SELECT 1 FROM {s}.verdict_paths WHERE client = %s AND path_digest = ANY(%s::bytea[])"
+            " ORDER BY path_digest FOR UPDATE"
+        ).format(s=ident)
+        self._orphans_sql = sql.SQL(
+            "DELETE FROM {s}.verdict_paths AS p WHERE p.client = %s AND p.path_digest = ANY(%s::bytea[])"
+            " AND NOT EXISTS (SELECT 1 FROM {s}.verdict_log AS v WHERE v.client = p.client"
+            " AND v.path_digest = p.path_digest) RETURNING p.path_digest, p.records, p.bytes"
+        ).format(s=ident)
+        self._drop_uses_sql = sql.SQL(
+            "DELETE FROM {s}.verdict_path_uses AS u USING unnest(%s::text[], %s::text[], %s::text[], %s::bytea[])"
+            " AS x(kind, value, client, path_digest) WHERE u.kind = x.kind AND u.value = x.value"
+            " AND u.client = x.client AND u.path_digest = x.path_digest"
+        ).format(s=ident)
+        self._usage_sql = sql.SQL(
+            "SELECT client, sum(n)::bigint, sum(b)::bigint FROM ("
+            " SELECT client, count(*) AS n, sum(bytes) AS b FROM {s}.verdict_log GROUP BY client"
+            " UNION ALL SELECT client, 0, sum(bytes) FROM {s}.verdict_paths GROUP BY client) AS t GROUP BY client"
+        ).format(s=ident)
+        self._verdict_count_sql = sql.SQL("SELECT count(*) FROM {s}.verdict_log").format(s=ident)
         try:
             self._pool.open(wait=True, timeout=self._timeout)
         except PoolTimeout as exc:
@@ -715,7 +774,10 @@ class PostgresState:
                     if version >= step:
                         continue
                     for statement in _MIGRATIONS[step]:
-                        conn.execute(sql.SQL(statement).format(schema=ident))
+                        if statement == _MOVE_LEGACY:
+                            self._move_legacy_verdicts(conn)
+                        else:
+                            conn.execute(sql.SQL(statement).format(schema=ident))
                     conn.execute(
                         sql.SQL("INSERT INTO {}.countersign_schema_version (version) VALUES (%s)").format(ident),
                         (step,),
@@ -819,8 +881,9 @@ class PostgresState:
         row = self._call("collect", self._collect_sql, (now_ms, limit))
         removed = int(row[0]) if row else 0
         if removed < limit:
-            with self._connection("collect verdicts") as conn:
-                removed += conn.execute(self._collect_verdicts_sql, (now_ms, limit - removed)).rowcount
+            with self._connection("collect verdicts") as conn, conn.transaction():
+                gone = conn.execute(self._expired_sql, (now_ms, limit - removed)).fetchall()
+                removed += self._forget_paths(conn, gone).rows
         return removed
 
     def entry_count(self) -> int:
@@ -833,21 +896,60 @@ class PostgresState:
     def record_verdict(self, entry: VerdictEntry) -> None:
         self.record_verdicts([entry])
 
+    @staticmethod
+    def _record_params(entry: VerdictEntry, row: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        path = path_row(entry)
+        uses = [] if path is None else use_rows(entry.client, path[1], entry.records)
+        return (
+            *(path or (entry.client, b"", "", "", 0)), path is not None,
+            [u[0] for u in uses], [u[1] for u in uses], *(row or verdict_row(entry)),
+        )  # fmt: skip
+
     def record_verdicts(self, entries: Sequence[VerdictEntry]) -> None:
         """One statement per verdict inside one transaction: one WAL flush for the batch."""
-        with self._connection("record verdict") as conn, conn.transaction():
-            for entry in entries:
-                columns = list(zip(*signature_rows(entry), strict=True)) or [()] * 8
-                conn.execute(self._record_sql, (*verdict_row(entry), *(list(c) for c in columns)))
+        with self._connection("record verdict") as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(self._record_sql, [self._record_params(entry) for entry in entries])
+
+    def _move_legacy_verdicts(self, conn: psycopg.Connection[Any]) -> None:
+        """Migration 7: the verdicts of schema 3-6 into the new tables, marks kept, in batches."""
+        ident = sql.Identifier(self.schema)
+        last = ""
+        while True:
+            batch = conn.execute(
+                sql.SQL("SELECT {c} FROM {s}.verdicts WHERE verdict_id > %s ORDER BY verdict_id LIMIT 500").format(
+                    c=sql.SQL(LEGACY_VERDICT_COLUMNS), s=ident
+                ),
+                (last,),
+            ).fetchall()
+            if not batch:
+                return
+            ids = [row[0] for row in batch]
+            signatures = conn.execute(
+                sql.SQL("SELECT {c} FROM {s}.verdict_signatures WHERE verdict_id = ANY(%s::text[])").format(
+                    c=sql.SQL(LEGACY_SIGNATURE_COLUMNS), s=ident
+                ),
+                (ids,),
+            ).fetchall()
+            with conn.cursor() as cursor:
+                moved = [self._record_params(e, marked_row(e)) for e in legacy_entries(batch, signatures)]
+                cursor.executemany(self._record_sql, moved)
+            last = max(ids)
 
     def accepts_relying_on(
-        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+        self,
+        kind: DependencyKind,
+        values: Sequence[str],
+        *,
+        since_ms: int = 0,
+        limit: int = MAX_LOOKUP_VERDICTS,
+        client: str | None = None,
     ) -> list[VerdictEntry]:
+        params: tuple[Any, ...] = (since_ms, kind_code(kind.value), list(dict.fromkeys(values)))
+        params += (() if client is None else (client,)) + (limit,)
         with self._connection("verdict lookup") as conn:
-            verdicts = conn.execute(self._lookup_sql[kind], (list(dict.fromkeys(values)), since_ms, limit)).fetchall()
-            ids = [row[0] for row in verdicts]
-            signatures = conn.execute(self._signatures_sql, (ids,)).fetchall() if ids else []
-        return entries_from_rows(verdicts, signatures)
+            rows = conn.execute(self._lookup_sql[client is not None], params).fetchall()
+        read = PathReader()
+        return [entry_from_row(row, row[VERDICT_FIELDS], read(row[VERDICT_FIELDS + 1])) for row in rows]
 
     def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
         """Concurrent markers of one verdict queue on its row lock; the later one finds it marked and
@@ -856,15 +958,40 @@ class PostgresState:
         if not ids:
             return 0
         with self._connection("mark verdicts") as conn:
-            return int(conn.execute(self._mark_sql, (cause, now_ms, ids)).rowcount)
+            return int(conn.execute(self._mark_sql, (bounded_cause(cause), now_ms, ids)).rowcount)
 
-    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
-        with self._connection("trim verdicts") as conn:
-            row = conn.execute(self._verdict_count_sql).fetchone()
-            excess = min((int(row[0]) if row else 0) - max_rows, limit)
-            if excess <= 0:
-                return 0
-            return int(conn.execute(self._trim_sql, (excess,)).rowcount)
+    def _forget_paths(self, conn: psycopg.Connection[Any], gone: Sequence[Any]) -> ClientUsage:
+        """After deleting the ``verdict_log`` rows ``gone`` (client, path digest, bytes), in the same
+        transaction: drop each path no verdict of its client names any more, with its index entries.
+        The path rows are locked first, so a verdict being recorded on one (which locks it too) is
+        either seen by the check that follows or records the path afresh after it went."""
+        freed = sum(int(row[2]) for row in gone)
+        by_client: dict[str, list[bytes]] = {}
+        for client, digest, _ in gone:
+            if digest is not None and bytes(digest) not in by_client.setdefault(client, []):
+                by_client[client].append(bytes(digest))
+        for client, digests in sorted(by_client.items()):
+            conn.execute(self._lock_paths_sql, (client, sorted(digests)))
+            dropped = conn.execute(self._orphans_sql, (client, sorted(digests))).fetchall()
+            uses = [
+                u for digest, records, _ in dropped for u in use_rows(client, bytes(digest), records_from_json(records))
+            ]
+            if uses:
+                conn.execute(self._drop_uses_sql, [list(column) for column in zip(*uses, strict=True)])
+            freed += sum(int(size) for _, _, size in dropped)
+        return ClientUsage(len(gone), freed)
+
+    def verdict_usage(self) -> dict[str, ClientUsage]:
+        with self._connection("verdict usage") as conn:
+            return {str(c): ClientUsage(int(n), int(b)) for c, n, b in conn.execute(self._usage_sql).fetchall()}
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000, *, max_bytes: int | None = None) -> int:
+        def forget_oldest(client: str, count: int) -> ClientUsage:
+            with self._connection("trim verdicts") as conn, conn.transaction():
+                gone = conn.execute(self._oldest_sql, (client, count)).fetchall()
+                return self._forget_paths(conn, gone)
+
+        return trim_by_share(self.verdict_usage(), max_rows, max_bytes, limit, forget_oldest)
 
     def verdict_count(self) -> int:
         with self._connection("verdict count") as conn:

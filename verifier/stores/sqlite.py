@@ -2,9 +2,9 @@
 
 WAL journal; every :meth:`admit` is one ``BEGIN IMMEDIATE`` transaction, so concurrent verifiers
 sharing the file serialise on SQLite's write lock and a nonce is consumed at most once. The verdict
-log (schema version 4) is a ``verdicts`` table and its child ``verdict_signatures`` (one row per
-signature a verdict's records carry), indexed by key id, record digest and deployer, each with the
-verdict's time, so "which verdicts relied on K since T" reads one index range.
+log (schema version 6, issue 29) stores what repeats once per client identity: ``verdict_log`` rows
+name their path by digest, ``verdict_paths`` holds each path once and ``verdict_path_uses`` its index
+entries by key id, record digest and deployer (verifier/stores/verdict_rows.py).
 """
 
 from __future__ import annotations
@@ -22,25 +22,36 @@ from countersign.state import (
     MAX_LOOKUP_VERDICTS,
     MAX_SESSION_LEAVES,
     ChildEdge,
+    ClientUsage,
     DependencyKind,
     EarlierAcceptance,
     LeafNonce,
     StateRejection,
     VerdictEntry,
+    bounded_cause,
     check_session_leaves,
     first_repeated_leaf,
+    records_from_json,
+    trim_by_share,
 )
 from verifier.stores.verdict_rows import (
-    LOOKUP_COLUMN,
-    SIGNATURE_COLUMNS,
+    LEGACY_SIGNATURE_COLUMNS,
+    LEGACY_VERDICT_COLUMNS,
+    PATH_COLUMNS,
+    USE_COLUMNS,
     VERDICT_COLUMNS,
+    PathReader,
     chunks,
-    entries_from_rows,
-    signature_rows,
+    entry_from_row,
+    kind_code,
+    legacy_entries,
+    marked_row,
+    path_row,
+    use_rows,
     verdict_row,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _MIGRATIONS = {
     1: (
         "CREATE TABLE consumed_nonces (nonce TEXT PRIMARY KEY, retain_until_ms INTEGER NOT NULL) WITHOUT ROWID",
@@ -84,11 +95,36 @@ _MIGRATIONS = {
     # When each nonce was consumed, so that a retry's answer names the acceptance it repeats (0 for
     # nonces consumed before this column existed).
     5: ("ALTER TABLE consumed_nonces ADD COLUMN accepted_ms INTEGER NOT NULL DEFAULT 0",),
+    # Issue 29: what repeats stored once per client (verifier/stores/verdict_rows.py). The verdicts of
+    # versions 4-5 move over (``_move_legacy_verdicts``), then their tables go.
+    6: (
+        "CREATE TABLE verdict_log (verdict_id TEXT NOT NULL UNIQUE, time_ms INTEGER NOT NULL, mode TEXT NOT NULL,"
+        " client TEXT NOT NULL, request_id TEXT NOT NULL, registry_sequence INTEGER NOT NULL,"
+        " verdict TEXT NOT NULL, reason TEXT NOT NULL, path_digest BLOB, retain_until_ms INTEGER NOT NULL,"
+        " needs_revalidation INTEGER NOT NULL DEFAULT 0, revalidation_cause TEXT NOT NULL DEFAULT '',"
+        " bytes INTEGER NOT NULL, marked_ms INTEGER)",
+        "CREATE INDEX verdict_log_by_path ON verdict_log (client, path_digest, time_ms)",
+        "CREATE INDEX verdict_log_by_client ON verdict_log (client, time_ms, verdict_id)",
+        "CREATE INDEX verdict_log_retention ON verdict_log (retain_until_ms)",
+        "CREATE TABLE verdict_paths (client TEXT NOT NULL, path_digest BLOB NOT NULL, construction TEXT NOT NULL,"
+        " records TEXT NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (client, path_digest)) WITHOUT ROWID",
+        "CREATE TABLE verdict_path_uses (kind TEXT NOT NULL, value TEXT NOT NULL, client TEXT NOT NULL,"
+        " path_digest BLOB NOT NULL, PRIMARY KEY (kind, value, client, path_digest)) WITHOUT ROWID",
+        "MOVE LEGACY VERDICTS",
+        "DROP TABLE verdict_signatures",
+        "DROP TABLE verdicts",
+    ),
 }
+_MOVE_LEGACY = "MOVE LEGACY VERDICTS"
 
 _SQLITE_MAX_VARIABLES = 500  # well under SQLITE_MAX_VARIABLE_NUMBER in any build
-_INSERT_VERDICT = f"INSERT INTO verdicts ({VERDICT_COLUMNS}) VALUES ({','.join('?' * 12)})"  # noqa: S608
-_INSERT_SIGNATURE = f"INSERT INTO verdict_signatures ({SIGNATURE_COLUMNS}) VALUES ({','.join('?' * 8)})"  # noqa: S608
+_INSERT_VERDICT = f"INSERT INTO verdict_log ({VERDICT_COLUMNS}) VALUES ({','.join('?' * 13)})"  # noqa: S608
+_INSERT_PATH = f"INSERT INTO verdict_paths ({PATH_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"  # noqa: S608
+_INSERT_USE = f"INSERT INTO verdict_path_uses ({USE_COLUMNS}) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"  # noqa: S608
+_SELECT_ENTRY = (
+    f"SELECT {', '.join('v.' + c.strip() for c in VERDICT_COLUMNS.split(','))}, p.construction, p.records"  # noqa: S608
+    " FROM verdict_log AS v LEFT JOIN verdict_paths AS p ON p.client = v.client AND p.path_digest = v.path_digest"
+)
 
 
 class SqliteState:
@@ -111,7 +147,10 @@ class SqliteState:
                 raise StateUnavailable(f"{self.path} has schema version {version}, newer than this software")
             for step in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[step]:
-                    self._db.execute(statement)
+                    if statement == _MOVE_LEGACY:
+                        self._move_legacy_verdicts()
+                    else:
+                        self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {step}")
             self._db.execute("COMMIT")
         except BaseException:
@@ -256,29 +295,45 @@ class SqliteState:
                     (now_ms, limit - removed),
                 ).rowcount
                 if removed < limit:
+                    self._db.execute("BEGIN IMMEDIATE")
                     expired = self._db.execute(
-                        "SELECT verdict_id FROM verdicts WHERE retain_until_ms < ? LIMIT ?", (now_ms, limit - removed)
+                        "SELECT rowid, client, path_digest, bytes FROM verdict_log WHERE retain_until_ms < ? LIMIT ?",
+                        (now_ms, limit - removed),
                     ).fetchall()
-                    removed += self._forget_verdicts([row[0] for row in expired])
+                    removed += self._forget_verdicts(expired).rows
+                    self._db.execute("COMMIT")
                 return int(removed)
             except sqlite3.Error as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise StateUnavailable(f"SQLite state {self.path}: {exc}") from exc
 
-    def _forget_verdicts(self, verdict_ids: Sequence[str]) -> int:
-        """Delete verdicts with their signature rows, in one transaction; return how many went."""
-        if not verdict_ids:
-            return 0
+    def _forget_verdicts(self, rows: Sequence[Any]) -> ClientUsage:
+        """Delete these ``verdict_log`` rows (rowid, client, path digest, bytes), and each path with the
+        last of its client's verdicts on it; inside the caller's transaction. Returns what went."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        removed = 0
-        for chunk in chunks(verdict_ids, _SQLITE_MAX_VARIABLES):
+        removed = freed = 0
+        for chunk in chunks([row[0] for row in rows], _SQLITE_MAX_VARIABLES):
             marks = ",".join("?" * len(chunk))
-            db.execute(f"DELETE FROM verdict_signatures WHERE verdict_id IN ({marks})", chunk)  # noqa: S608
-            removed += db.execute(f"DELETE FROM verdicts WHERE verdict_id IN ({marks})", chunk).rowcount  # noqa: S608
-        db.execute("COMMIT")
-        return removed
+            removed += db.execute(f"DELETE FROM verdict_log WHERE rowid IN ({marks})", chunk).rowcount  # noqa: S608
+        freed += sum(int(row[3]) for row in rows)
+        for client, digest in dict.fromkeys((row[1], row[2]) for row in rows if row[2] is not None):
+            if db.execute(
+                "SELECT 1 FROM verdict_log WHERE client = ? AND path_digest = ? LIMIT 1", (client, digest)
+            ).fetchone():
+                continue
+            path = db.execute(
+                "SELECT records, bytes FROM verdict_paths WHERE client = ? AND path_digest = ?", (client, digest)
+            ).fetchone()
+            if path is None:
+                continue
+            db.executemany(
+                "DELETE FROM verdict_path_uses WHERE kind = ? AND value = ? AND client = ? AND path_digest = ?",
+                use_rows(client, digest, records_from_json(path[0])),
+            )
+            db.execute("DELETE FROM verdict_paths WHERE client = ? AND path_digest = ?", (client, digest))
+            freed += int(path[1])
+        return ClientUsage(removed, freed)
 
     # --- the verdict log ---------------------------------------------------------------------
 
@@ -290,49 +345,73 @@ class SqliteState:
             db = self._db
             try:
                 db.execute("BEGIN IMMEDIATE")
-                db.executemany(_INSERT_VERDICT, [verdict_row(entry) for entry in entries])
-                db.executemany(_INSERT_SIGNATURE, [row for entry in entries for row in signature_rows(entry)])
+                self._insert_verdicts(entries)
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise StateUnavailable(f"SQLite state {self.path} (record verdict): {exc}") from exc
 
+    def _insert_verdicts(self, entries: Sequence[VerdictEntry], *, rows: Sequence[Any] | None = None) -> None:
+        """Insert ``entries`` (their ``rows`` if given: the migration keeps marks) with their paths,
+        inside the caller's transaction. A path already held for the client adds nothing."""
+        db = self._db
+        for index, entry in enumerate(entries):
+            path = path_row(entry)
+            if path is not None and db.execute(_INSERT_PATH, path).rowcount == 1:
+                db.executemany(_INSERT_USE, use_rows(entry.client, path[1], entry.records))
+            db.execute(_INSERT_VERDICT, verdict_row(entry) if rows is None else rows[index])
+
+    def _move_legacy_verdicts(self) -> None:
+        """Migration 6: the verdicts of schema 4-5 into the new tables, marks kept, in batches."""
+        db = self._db
+        last = ""
+        while True:
+            batch = db.execute(
+                f"SELECT {LEGACY_VERDICT_COLUMNS} FROM verdicts WHERE verdict_id > ? ORDER BY verdict_id LIMIT 500",  # noqa: S608
+                (last,),
+            ).fetchall()
+            if not batch:
+                return
+            ids = [row[0] for row in batch]
+            signatures = db.execute(
+                f"SELECT {LEGACY_SIGNATURE_COLUMNS} FROM verdict_signatures"  # noqa: S608
+                f" WHERE verdict_id IN ({','.join('?' * len(ids))})",
+                ids,
+            ).fetchall()
+            entries = legacy_entries(batch, signatures)
+            rows = [marked_row(e) for e in entries]
+            self._insert_verdicts(entries, rows=rows)
+            last = max(ids)
+
     def accepts_relying_on(
-        self, kind: DependencyKind, values: Sequence[str], *, since_ms: int = 0, limit: int = MAX_LOOKUP_VERDICTS
+        self,
+        kind: DependencyKind,
+        values: Sequence[str],
+        *,
+        since_ms: int = 0,
+        limit: int = MAX_LOOKUP_VERDICTS,
+        client: str | None = None,
     ) -> list[VerdictEntry]:
-        column = LOOKUP_COLUMN[kind]
+        code = kind_code(kind.value)
+        mine = "" if client is None else " AND client = ?"
         with self._lock:
             try:
-                ids: set[str] = set()
+                rows: dict[str, Any] = {}
                 for chunk in chunks(list(dict.fromkeys(values)), _SQLITE_MAX_VARIABLES):
-                    rows = self._db.execute(
-                        f"SELECT DISTINCT verdict_id FROM verdict_signatures"  # noqa: S608
-                        f" WHERE {column} IN ({','.join('?' * len(chunk))}) AND time_ms >= ?",
-                        (*chunk, since_ms),
+                    found = self._db.execute(
+                        f"{_SELECT_ENTRY} WHERE v.verdict = 'ACCEPT' AND v.time_ms >= ?"  # noqa: S608
+                        " AND (v.client, v.path_digest) IN (SELECT client, path_digest FROM verdict_path_uses"
+                        f" WHERE kind = ? AND value IN ({','.join('?' * len(chunk))}){mine})"
+                        " ORDER BY v.time_ms, v.verdict_id LIMIT ?",
+                        (since_ms, code, *chunk, *(() if client is None else (client,)), limit),
                     )
-                    ids.update(row[0] for row in rows)
-                return self._accepted_entries(sorted(ids), limit)
+                    rows.update((row[0], row) for row in found)
             except sqlite3.Error as exc:
                 raise StateUnavailable(f"SQLite state {self.path} (verdict lookup): {exc}") from exc
-
-    def _accepted_entries(self, verdict_ids: Sequence[str], limit: int) -> list[VerdictEntry]:
-        verdicts: list[Any] = []
-        for chunk in chunks(verdict_ids, _SQLITE_MAX_VARIABLES):
-            verdicts += self._db.execute(
-                f"SELECT {VERDICT_COLUMNS} FROM verdicts"  # noqa: S608
-                f" WHERE verdict_id IN ({','.join('?' * len(chunk))}) AND verdict = 'ACCEPT'",
-                chunk,
-            ).fetchall()
-        verdicts = sorted(verdicts, key=lambda row: (row[1], row[0]))[:limit]
-        signatures: list[Any] = []
-        for chunk in chunks([row[0] for row in verdicts], _SQLITE_MAX_VARIABLES):
-            signatures += self._db.execute(
-                "SELECT verdict_id, position, role, record_digest, deployer, key_id, created_ms"  # noqa: S608
-                f" FROM verdict_signatures WHERE verdict_id IN ({','.join('?' * len(chunk))})",
-                chunk,
-            ).fetchall()
-        return entries_from_rows(verdicts, signatures)
+        read = PathReader()
+        ordered = sorted(rows.values(), key=lambda row: (row[1], row[0]))[:limit]
+        return [entry_from_row(row, row[13], read(row[14])) for row in ordered]
 
     def mark_needs_revalidation(self, verdicts: Sequence[VerdictEntry], cause: str, now_ms: int) -> int:
         with self._lock:
@@ -342,9 +421,9 @@ class SqliteState:
                 marked = 0
                 for chunk in chunks(list(dict.fromkeys(v.verdict_id for v in verdicts)), _SQLITE_MAX_VARIABLES):
                     marked += db.execute(
-                        "UPDATE verdicts SET needs_revalidation = 1, revalidation_cause = ?, marked_ms = ?"  # noqa: S608
+                        "UPDATE verdict_log SET needs_revalidation = 1, revalidation_cause = ?, marked_ms = ?"  # noqa: S608
                         f" WHERE verdict_id IN ({','.join('?' * len(chunk))}) AND needs_revalidation = 0",
-                        (cause, now_ms, *chunk),
+                        (bounded_cause(cause), now_ms, *chunk),
                     ).rowcount
                 db.execute("COMMIT")
                 return marked
@@ -353,26 +432,51 @@ class SqliteState:
                     db.execute("ROLLBACK")
                 raise StateUnavailable(f"SQLite state {self.path} (mark verdicts): {exc}") from exc
 
-    def trim_verdict_log(self, max_rows: int, limit: int = 10_000) -> int:
+    def _usage(self) -> dict[str, ClientUsage]:
+        usage = {
+            str(client): ClientUsage(int(rows), int(size))
+            for client, rows, size in self._db.execute(
+                "SELECT client, count(*), sum(bytes) FROM verdict_log GROUP BY client"
+            )
+        }
+        for client, size in self._db.execute("SELECT client, sum(bytes) FROM verdict_paths GROUP BY client"):
+            held = usage.get(str(client), ClientUsage(0, 0))
+            usage[str(client)] = ClientUsage(held.rows, held.bytes + int(size))
+        return usage
+
+    def verdict_usage(self) -> dict[str, ClientUsage]:
         with self._lock:
             try:
-                (held,) = self._db.execute("SELECT COUNT(*) FROM verdicts").fetchone()
-                excess = min(int(held) - max_rows, limit)
-                if excess <= 0:
-                    return 0
-                oldest = self._db.execute(
-                    "SELECT verdict_id FROM verdicts ORDER BY time_ms, verdict_id LIMIT ?", (excess,)
-                ).fetchall()
-                return self._forget_verdicts([row[0] for row in oldest])
+                return self._usage()
             except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                raise StateUnavailable(f"SQLite state {self.path} (verdict usage): {exc}") from exc
+
+    def trim_verdict_log(self, max_rows: int, limit: int = 10_000, *, max_bytes: int | None = None) -> int:
+        db = self._db
+
+        def forget_oldest(client: str, count: int) -> ClientUsage:
+            db.execute("BEGIN IMMEDIATE")
+            oldest = db.execute(
+                "SELECT rowid, client, path_digest, bytes FROM verdict_log WHERE client = ?"
+                " ORDER BY time_ms, verdict_id LIMIT ?",
+                (client, count),
+            ).fetchall()
+            gone = self._forget_verdicts(oldest)
+            db.execute("COMMIT")
+            return gone
+
+        with self._lock:
+            try:
+                return trim_by_share(self._usage(), max_rows, max_bytes, limit, forget_oldest)
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise StateUnavailable(f"SQLite state {self.path} (trim verdicts): {exc}") from exc
 
     def verdict_count(self) -> int:
         with self._lock:
             try:
-                (held,) = self._db.execute("SELECT COUNT(*) FROM verdicts").fetchone()
+                (held,) = self._db.execute("SELECT COUNT(*) FROM verdict_log").fetchone()
             except sqlite3.Error as exc:
                 raise StateUnavailable(f"SQLite state {self.path} (verdict count): {exc}") from exc
             return int(held)

@@ -99,7 +99,8 @@ class VerifierServicer:
 
     def Impact(self, request, context):
         """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
-        key, a record or a deployer. Operator and client certificates only.
+        key, a record or a deployer. Auditor and operator certificates: the whole log, and mark;
+        client certificates: their own verdicts only, no mark (docs/api.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -49,7 +49,8 @@ class VerifierStub:
     """
     Impact: _grpc.UnaryUnaryMultiCallable[_verifier_pb2.ImpactRequest, _verifier_pb2.ImpactResponse]
     """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
-    key, a record or a deployer. Operator and client certificates only.
+    key, a record or a deployer. Auditor and operator certificates: the whole log, and mark;
+    client certificates: their own verdicts only, no mark (docs/api.md).
     """
 
 @_typing.type_check_only
@@ -72,7 +73,8 @@ class VerifierAsyncStub(VerifierStub):
     """
     Impact: _aio.UnaryUnaryMultiCallable[_verifier_pb2.ImpactRequest, _verifier_pb2.ImpactResponse]  # type: ignore[assignment]
     """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
-    key, a record or a deployer. Operator and client certificates only.
+    key, a record or a deployer. Auditor and operator certificates: the whole log, and mark;
+    client certificates: their own verdicts only, no mark (docs/api.md).
     """
 
 class VerifierServicer(metaclass=_abc_1.ABCMeta):
@@ -122,7 +124,8 @@ class VerifierServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_verifier_pb2.ImpactResponse, _abc.Awaitable[_verifier_pb2.ImpactResponse]]:
         """Revocation impact (docs/api.md): every logged verdict, and every record below, that relied on a
-        key, a record or a deployer. Operator and client certificates only.
+        key, a record or a deployer. Auditor and operator certificates: the whole log, and mark;
+        client certificates: their own verdicts only, no mark (docs/api.md).
         """
 
 def add_VerifierServicer_to_server(servicer: VerifierServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,23 +1,24 @@
-# The coordinator: serves the operator-signed, append-only registry log. It holds only public
-# keys (no KMS signing permission at all). The log lives on a small KMS-encrypted EFS file
-# system (default) or in the optional PostgreSQL.
+# The coordinators: desired_count (at least two) replicas serving one operator-signed, append-only
+# registry log. They hold only public keys (no KMS signing permission at all). The log lives in
+# its own DynamoDB table (default) or in the optional PostgreSQL; any replica accepts a statement
+# (the store takes each sequence once) and reads what the others appended every refresh_ms.
+# Followers reach them all under one DNS name (Cloud Map, one A record per healthy task).
 
 data "aws_caller_identity" "current" {}
 
 data "aws_partition" "current" {}
 
 locals {
-  account_id = data.aws_caller_identity.current.account_id
-  partition  = data.aws_partition.current.partition
-  on_efs     = var.registry_backend == "efs"
+  account_id  = data.aws_caller_identity.current.account_id
+  partition   = data.aws_partition.current.partition
+  on_dynamodb = var.registry_backend == "dynamodb"
 
-  # The registry log (setting log_store): SQLite on the KMS-encrypted EFS file system, written by
-  # this one task only (desired_count 1, stop-first deployments), or the optional PostgreSQL in
-  # its own schema (the verifiers' nonce store, when also there, uses the schema "countersign").
-  registry_dir = "/var/lib/countersign/registry"
+  # The registry log (setting log_store), shared by every replica: its own DynamoDB table, or the
+  # optional PostgreSQL in its own schema (the verifiers' nonce store, when also there, uses the
+  # schema "countersign").
   log_store = (
-    local.on_efs
-    ? "sqlite:///${local.registry_dir}/registry.db"
+    local.on_dynamodb
+    ? "dynamodb://${aws_dynamodb_table.registry[0].name}?region=${var.region}"
     : "postgresql://${var.postgres.username}@${var.postgres.address}:${var.postgres.port}/${var.postgres.database}?sslmode=require&schema=countersign_registry"
   )
 
@@ -29,8 +30,22 @@ locals {
 
   # The database password comes from the RDS-managed secret, never from a plain variable.
   # The store reads it from COUNTERSIGN_LOG_STORE_PASSWORD when the URL has none (coordinator/postgres_store.py).
-  password_secrets = local.on_efs ? [] : [
+  password_secrets = local.on_dynamodb ? [] : [
     { name = "COUNTERSIGN_LOG_STORE_PASSWORD", valueFrom = "${var.postgres.password_secret}:password::" },
+  ]
+
+  # Setting names: coordinator/daemon.py CoordinatorConfig (COUNTERSIGN_<SETTING>).
+  environment = [
+    { name = "COUNTERSIGN_LOG_STORE", value = local.log_store },
+    { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
+    { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.coordinator}" },
+    { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.coordinator_metrics}" },
+    { name = "AWS_REGION", value = var.region },
+  ]
+
+  # refresh_ms (how often a replica reads what the others appended), set only when given.
+  optional_environment = var.refresh_ms == null ? [] : [
+    { name = "COUNTERSIGN_REFRESH_MS", value = tostring(var.refresh_ms) },
   ]
 
   container = {
@@ -52,14 +67,7 @@ locals {
       { name = "grpc", containerPort = var.ports.coordinator, protocol = "tcp" },
       { name = "metrics", containerPort = var.ports.coordinator_metrics, protocol = "tcp" },
     ]
-    # Setting names: coordinator/daemon.py CoordinatorConfig (COUNTERSIGN_<SETTING>).
-    environment = [
-      { name = "COUNTERSIGN_LOG_STORE", value = local.log_store },
-      { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
-      { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.coordinator}" },
-      { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.coordinator_metrics}" },
-      { name = "AWS_REGION", value = var.region },
-    ]
+    environment = concat(local.environment, local.optional_environment)
     secrets = concat(
       [
         for env_name, json_key in local.tls_secret_keys : {
@@ -69,10 +77,9 @@ locals {
       ],
       local.password_secrets,
     )
-    mountPoints = concat(
-      [{ sourceVolume = "tmp", containerPath = "/tmp", readOnly = false }],
-      local.on_efs ? [{ sourceVolume = "registry", containerPath = local.registry_dir, readOnly = false }] : [],
-    )
+    mountPoints = [
+      { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
+    ]
     # grpc.health.v1 over the coordinator's own mTLS material (docker/healthcheck.py in the image).
     healthCheck = {
       command     = ["CMD", "/opt/countersign/bin/python", "/usr/local/lib/countersign/healthcheck.py"]
@@ -123,34 +130,45 @@ data "aws_iam_policy_document" "ecs_tasks_assume" {
 
 resource "aws_iam_role" "task" {
   name                 = "${var.name}-coordinator"
-  description          = "Task role of the coordinator: mounts its registry file system, nothing else (no KMS signing)"
+  description          = "Task role of the coordinators: the registry table and nothing else (no KMS signing)"
   assume_role_policy   = data.aws_iam_policy_document.ecs_tasks_assume.json
   max_session_duration = 3600
 }
 
-data "aws_iam_policy_document" "task_efs" {
-  count = local.on_efs ? 1 : 0
+# The registry table, and no other. The calls (coordinator/dynamodb_store.py,
+# countersign/_daemon/dynamodb.py): DescribeTable at start, Query and GetItem to read,
+# TransactWriteItems of Put parts (authorised as PutItem) and PutItem to append. No UpdateItem,
+# no DeleteItem: nothing is ever changed or removed in the log.
+data "aws_iam_policy_document" "task_registry_table" {
+  count = local.on_dynamodb ? 1 : 0
 
   statement {
-    sid       = "MountRegistryThroughAccessPoint"
+    sid       = "RegistryTableItems"
     effect    = "Allow"
-    actions   = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
-    resources = [aws_efs_file_system.registry[0].arn]
+    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"]
+    resources = [aws_dynamodb_table.registry[0].arn]
+  }
+
+  statement {
+    sid       = "RegistryTableEncryptionThroughDynamoDB"
+    effect    = "Allow"
+    actions   = ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey"]
+    resources = [var.kms_key_arn]
 
     condition {
       test     = "StringEquals"
-      variable = "elasticfilesystem:AccessPointArn"
-      values   = [aws_efs_access_point.registry[0].arn]
+      variable = "kms:ViaService"
+      values   = ["dynamodb.${var.region}.amazonaws.com"]
     }
   }
 }
 
-resource "aws_iam_role_policy" "task_efs" {
-  count = local.on_efs ? 1 : 0
+resource "aws_iam_role_policy" "task_registry_table" {
+  count = local.on_dynamodb ? 1 : 0
 
-  name   = "mount-registry"
+  name   = "registry-table"
   role   = aws_iam_role.task.id
-  policy = data.aws_iam_policy_document.task_efs[0].json
+  policy = data.aws_iam_policy_document.task_registry_table[0].json
 }
 
 resource "aws_iam_role" "execution" {
@@ -187,7 +205,7 @@ data "aws_iam_policy_document" "execution" {
     actions = ["secretsmanager:GetSecretValue"]
     resources = concat(
       [aws_secretsmanager_secret.tls.arn],
-      local.on_efs ? [] : [var.postgres.password_secret],
+      local.on_dynamodb ? [] : [var.postgres.password_secret],
     )
   }
 
@@ -195,7 +213,7 @@ data "aws_iam_policy_document" "execution" {
     sid       = "DecryptOwnSecrets"
     effect    = "Allow"
     actions   = ["kms:Decrypt"]
-    resources = distinct(concat([var.kms_key_arn], local.on_efs ? [] : [var.postgres.secret_kms_key_arn]))
+    resources = distinct(concat([var.kms_key_arn], local.on_dynamodb ? [] : [var.postgres.secret_kms_key_arn]))
 
     condition {
       test     = "StringEquals"
@@ -212,114 +230,39 @@ resource "aws_iam_role_policy" "execution" {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Registry log on EFS (when PostgreSQL is off)
+# Registry log in DynamoDB (unless it is in PostgreSQL)
 # ---------------------------------------------------------------------------------------------
 
-resource "aws_efs_file_system" "registry" {
-  # Backed up by EFS automatic backups (aws_efs_backup_policy below), i.e. AWS Backup's default plan.
-  count = local.on_efs ? 1 : 0
+# The table shape every Countersign store expects (countersign/_daemon/dynamodb.py), without TTL:
+# nothing in an append-only log may ever expire, so the table has no deletion mechanism at all.
+resource "aws_dynamodb_table" "registry" {
+  count = local.on_dynamodb ? 1 : 0
 
-  creation_token   = "${var.name}-registry"
-  encrypted        = true
-  kms_key_id       = var.kms_key_arn
-  performance_mode = "generalPurpose"
-  throughput_mode  = "elastic"
+  name         = "${var.name}-registry"
+  billing_mode = "PAY_PER_REQUEST"
+  hash_key     = "pk"
+  range_key    = "sk"
 
-  tags = { Name = "${var.name}-registry" }
-}
-
-resource "aws_efs_backup_policy" "registry" {
-  count = local.on_efs ? 1 : 0
-
-  file_system_id = aws_efs_file_system.registry[0].id
-
-  backup_policy {
-    status = "ENABLED"
-  }
-}
-
-resource "aws_efs_mount_target" "registry" {
-  count = local.on_efs ? length(var.subnet_ids) : 0
-
-  file_system_id  = aws_efs_file_system.registry[0].id
-  subnet_id       = var.subnet_ids[count.index]
-  security_groups = [var.efs_security_group_id]
-}
-
-resource "aws_efs_access_point" "registry" {
-  count = local.on_efs ? 1 : 0
-
-  file_system_id = aws_efs_file_system.registry[0].id
-
-  posix_user {
-    uid = var.container_uid
-    gid = var.container_gid
+  attribute {
+    name = "pk"
+    type = "S"
   }
 
-  root_directory {
-    path = "/registry"
-
-    creation_info {
-      owner_uid   = var.container_uid
-      owner_gid   = var.container_gid
-      permissions = "0750"
-    }
+  attribute {
+    name = "sk"
+    type = "S"
   }
 
-  tags = { Name = "${var.name}-registry" }
-}
-
-data "aws_iam_policy_document" "efs" {
-  count = local.on_efs ? 1 : 0
-
-  statement {
-    sid       = "CoordinatorThroughAccessPointOnly"
-    effect    = "Allow"
-    actions   = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
-    resources = [aws_efs_file_system.registry[0].arn]
-
-    principals {
-      type        = "AWS"
-      identifiers = [aws_iam_role.task.arn]
-    }
-
-    condition {
-      test     = "StringEquals"
-      variable = "elasticfilesystem:AccessPointArn"
-      values   = [aws_efs_access_point.registry[0].arn]
-    }
-
-    condition {
-      test     = "Bool"
-      variable = "aws:SecureTransport"
-      values   = ["true"]
-    }
+  point_in_time_recovery {
+    enabled = true
   }
 
-  statement {
-    sid       = "DenyWithoutTls"
-    effect    = "Deny"
-    actions   = ["*"]
-    resources = [aws_efs_file_system.registry[0].arn]
-
-    principals {
-      type        = "AWS"
-      identifiers = ["*"]
-    }
-
-    condition {
-      test     = "Bool"
-      variable = "aws:SecureTransport"
-      values   = ["false"]
-    }
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = var.kms_key_arn
   }
-}
 
-resource "aws_efs_file_system_policy" "registry" {
-  count = local.on_efs ? 1 : 0
-
-  file_system_id = aws_efs_file_system.registry[0].id
-  policy         = data.aws_iam_policy_document.efs[0].json
+  deletion_protection_enabled = var.deletion_protection
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +300,9 @@ resource "aws_service_discovery_service" "coordinator" {
     }
   }
 
-  # ECS reports task health to Cloud Map (the threshold is fixed at 1 by AWS).
+  # One A record per healthy task: followers and the operator's tooling name
+  # coordinator.<namespace> and gRPC tries its addresses. ECS reports task health to Cloud Map (the
+  # threshold is fixed at 1 by AWS).
   health_check_custom_config {
     failure_threshold = 1
   }
@@ -381,37 +326,22 @@ resource "aws_ecs_task_definition" "coordinator" {
   volume {
     name = "tmp"
   }
-
-  dynamic "volume" {
-    for_each = local.on_efs ? [1] : []
-
-    content {
-      name = "registry"
-
-      efs_volume_configuration {
-        file_system_id     = aws_efs_file_system.registry[0].id
-        transit_encryption = "ENABLED"
-
-        authorization_config {
-          access_point_id = aws_efs_access_point.registry[0].id
-          iam             = "ENABLED"
-        }
-      }
-    }
-  }
 }
 
 resource "aws_ecs_service" "coordinator" {
   name             = "coordinator"
   cluster          = var.cluster_arn
   task_definition  = aws_ecs_task_definition.coordinator.arn
-  desired_count    = 1
+  desired_count    = var.desired_count
   launch_type      = "FARGATE"
   platform_version = "LATEST"
 
-  # A single writer of the append-only registry log: stop the old task before starting a new one.
-  deployment_minimum_healthy_percent = 0
-  deployment_maximum_percent         = 100
+  # Any number of replicas may append to the one log (the store takes each sequence once), so a
+  # deployment starts the new tasks before it stops the old ones; Fargate spreads the tasks over
+  # the subnets' zones and rebalancing moves them back after a zone returns.
+  availability_zone_rebalancing      = "ENABLED"
+  deployment_minimum_healthy_percent = 100
+  deployment_maximum_percent         = 200
 
   enable_execute_command  = false
   enable_ecs_managed_tags = true
@@ -432,5 +362,5 @@ resource "aws_ecs_service" "coordinator" {
     registry_arn = aws_service_discovery_service.coordinator.arn
   }
 
-  depends_on = [aws_efs_mount_target.registry, aws_efs_file_system_policy.registry]
+  depends_on = [aws_iam_role_policy.task_registry_table]
 }

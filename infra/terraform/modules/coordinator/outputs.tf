@@ -1,5 +1,5 @@
 output "service_name" {
-  description = "Name of the coordinator's ECS service."
+  description = "Name of the coordinators' ECS service."
   value       = aws_ecs_service.coordinator.name
 }
 
@@ -13,7 +13,7 @@ output "tls_secret_arn" {
   value       = aws_secretsmanager_secret.tls.arn
 }
 
-output "registry_file_system_id" {
-  description = "EFS file system holding the registry log (null when PostgreSQL holds it)."
-  value       = try(aws_efs_file_system.registry[0].id, null)
+output "registry_table_name" {
+  description = "DynamoDB table holding the registry log (null when PostgreSQL holds it)."
+  value       = try(aws_dynamodb_table.registry[0].name, null)
 }

@@ -24,17 +24,39 @@ variable "cpu_architecture" {
 }
 
 variable "cpu" {
-  description = "Fargate CPU units of the coordinator task."
+  description = "Fargate CPU units of one coordinator task."
   type        = number
 }
 
 variable "memory" {
-  description = "Memory (MiB) of the coordinator task."
+  description = "Memory (MiB) of one coordinator task."
   type        = number
 }
 
+variable "desired_count" {
+  description = "Coordinator replicas over the one registry log (at least two, in different zones)."
+  type        = number
+
+  validation {
+    condition     = var.desired_count >= 2
+    error_message = "At least two coordinator replicas are needed to survive the loss of one (or of its zone)."
+  }
+}
+
+variable "refresh_ms" {
+  description = "Setting refresh_ms (how often a replica reads what the others appended); null leaves the daemon's default."
+  type        = number
+  default     = null
+}
+
+variable "deletion_protection" {
+  description = "Deletion protection of the registry table."
+  type        = bool
+  default     = true
+}
+
 variable "container_uid" {
-  description = "Non-root user id the container runs as; owns the registry directory on EFS."
+  description = "Non-root user id the container runs as."
   type        = number
 }
 
@@ -61,13 +83,18 @@ variable "cluster_arn" {
 }
 
 variable "namespace_id" {
-  description = "Private DNS namespace the coordinator registers in as 'coordinator'."
+  description = "Private DNS namespace the coordinators register in as 'coordinator' (one A record per task)."
   type        = string
 }
 
 variable "subnet_ids" {
-  description = "The three private subnets (the task may run in any; EFS has a mount target in each)."
+  description = "The three private subnets, one per availability zone; the replicas spread over them."
   type        = list(string)
+
+  validation {
+    condition     = length(var.subnet_ids) == 3
+    error_message = "Exactly three private subnets (three availability zones) are expected."
+  }
 }
 
 variable "security_group_id" {
@@ -75,14 +102,8 @@ variable "security_group_id" {
   type        = string
 }
 
-variable "efs_security_group_id" {
-  description = "Security group of the EFS mount targets (null when the registry is in PostgreSQL)."
-  type        = string
-  default     = null
-}
-
 variable "kms_key_arn" {
-  description = "Data-at-rest KMS key (EFS, log group, TLS secret)."
+  description = "Data-at-rest KMS key (registry table, log group, TLS secret)."
   type        = string
 }
 
@@ -97,12 +118,12 @@ variable "operator_public_key" {
 }
 
 variable "registry_backend" {
-  description = "Where the append-only registry log lives: 'efs' (encrypted EFS) or 'postgresql'."
+  description = "Where the append-only registry log lives: 'dynamodb' (its own table) or 'postgresql'."
   type        = string
 
   validation {
-    condition     = contains(["efs", "postgresql"], var.registry_backend)
-    error_message = "registry_backend must be 'efs' or 'postgresql'."
+    condition     = contains(["dynamodb", "postgresql"], var.registry_backend)
+    error_message = "registry_backend must be 'dynamodb' or 'postgresql'."
   }
 }
 
@@ -119,7 +140,7 @@ variable "postgres" {
   default = null
 
   validation {
-    condition     = var.registry_backend == "efs" || var.postgres != null
+    condition     = var.registry_backend == "dynamodb" || var.postgres != null
     error_message = "postgres must be set when registry_backend is 'postgresql'."
   }
 }

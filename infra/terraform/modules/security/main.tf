@@ -11,13 +11,14 @@
 #   signer               <-> signer             7401  (only the deployer pairs of a declared delegation edge)
 #   agent runtime        -> its deployer signer 7401  (per deployer runtime_cidr_blocks / _security_group_ids)
 #   Prometheus           -> 9400 / 9401 / 9402        (metrics_cidr_blocks / metrics_security_group_ids)
-#   coordinator          -> EFS 2049 or PostgreSQL 5432; verifiers -> DynamoDB (or PostgreSQL 5432)
-#   each signer          -> its own state EFS 2049 (grants, issued records, child counts, registry copy)
+#   coordinators, verifiers, signers -> DynamoDB prefix list 443, or PostgreSQL 5432 (each for the
+#                           stores that are there: registry log, nonce store, signer state)
 #   all tasks            -> VPC endpoints 443, S3 prefix list 443 (ECR image layers)
 
 locals {
-  has_postgres          = var.registry_backend == "postgresql"
+  registry_on_postgres  = var.registry_store_backend == "postgresql"
   verifiers_on_postgres = var.nonce_store_backend == "postgresql"
+  signers_on_postgres   = var.signer_state_backend == "postgresql"
 
   # Both directions of every declared delegation edge: the child asks its parent to co-sign an
   # edge manifest, and the parent answers or reaches the child about a grant.
@@ -98,34 +99,12 @@ resource "aws_security_group" "signer" {
   tags = { Name = "${var.name}-signer-${each.key}", Deployer = each.key }
 }
 
-resource "aws_security_group" "efs" {
-  #checkov:skip=CKV2_AWS_5:Attached to the registry EFS mount targets (modules/coordinator, aws_efs_mount_target.registry); all security groups live in this module so every path is declared in one place, and checkov's graph does not follow a module output into another module. tests/infra checks the attachment.
-  count = local.has_postgres ? 0 : 1
-
-  name        = "${var.name}-registry-efs"
-  description = "EFS mount targets of the coordinator registry log: NFS from the coordinator"
-  vpc_id      = var.vpc_id
-
-  tags = { Name = "${var.name}-registry-efs" }
-}
-
-resource "aws_security_group" "signer_efs" {
-  #checkov:skip=CKV2_AWS_5:Attached to each signer's state EFS mount target (modules/signer, aws_efs_mount_target.state); all security groups live in this module so every path is declared in one place, and checkov's graph does not follow a module output into another module. tests/infra checks the attachment.
-  for_each = var.deployers
-
-  name        = "${var.name}-signer-${each.key}-efs"
-  description = "EFS mount target of the state of signer ${each.key}: NFS from that signer only"
-  vpc_id      = var.vpc_id
-
-  tags = { Name = "${var.name}-signer-${each.key}-efs", Deployer = each.key }
-}
-
 resource "aws_security_group" "postgres" {
   #checkov:skip=CKV2_AWS_5:Attached to the RDS instance (modules/postgres, aws_db_instance.this); all security groups live in this module so every path is declared in one place, and checkov's graph does not follow a module output into another module. tests/infra checks the attachment.
-  count = local.has_postgres ? 1 : 0
+  count = var.postgres_enabled ? 1 : 0
 
   name        = "${var.name}-postgres"
-  description = "PostgreSQL: 5432 from the coordinator (and the verifiers when they store nonces there)"
+  description = "PostgreSQL: 5432 from the services whose store is there (coordinators, verifiers, signers)"
   vpc_id      = var.vpc_id
 
   tags = { Name = "${var.name}-postgres" }
@@ -363,60 +342,36 @@ resource "aws_vpc_security_group_egress_rule" "verifier_to_dynamodb" {
   prefix_list_id    = var.dynamodb_prefix_list_id
 }
 
-# ---------------------------------------------------------------------------------------------
-# Registry log storage: EFS or PostgreSQL
-# ---------------------------------------------------------------------------------------------
+resource "aws_vpc_security_group_egress_rule" "coordinator_to_dynamodb" {
+  count = local.registry_on_postgres ? 0 : 1
 
-resource "aws_vpc_security_group_ingress_rule" "efs_from_coordinator" {
-  count = local.has_postgres ? 0 : 1
-
-  security_group_id            = aws_security_group.efs[0].id
-  description                  = "NFS (TLS) from the coordinator"
-  ip_protocol                  = "tcp"
-  from_port                    = 2049
-  to_port                      = 2049
-  referenced_security_group_id = aws_security_group.coordinator.id
+  security_group_id = aws_security_group.coordinator.id
+  description       = "HTTPS to DynamoDB through the gateway endpoint (registry table)"
+  ip_protocol       = "tcp"
+  from_port         = 443
+  to_port           = 443
+  prefix_list_id    = var.dynamodb_prefix_list_id
 }
 
-resource "aws_vpc_security_group_egress_rule" "coordinator_to_efs" {
-  count = local.has_postgres ? 0 : 1
+# The network path is the same for every signer; which table each may use is decided by its task
+# role (modules/signer: its own table's ARN only).
+resource "aws_vpc_security_group_egress_rule" "signer_to_dynamodb" {
+  for_each = local.signers_on_postgres ? {} : var.deployers
 
-  security_group_id            = aws_security_group.coordinator.id
-  description                  = "NFS (TLS) to the registry log file system"
-  ip_protocol                  = "tcp"
-  from_port                    = 2049
-  to_port                      = 2049
-  referenced_security_group_id = aws_security_group.efs[0].id
+  security_group_id = aws_security_group.signer[each.key].id
+  description       = "HTTPS to DynamoDB through the gateway endpoint (this signer's state table)"
+  ip_protocol       = "tcp"
+  from_port         = 443
+  to_port           = 443
+  prefix_list_id    = var.dynamodb_prefix_list_id
 }
 
 # ---------------------------------------------------------------------------------------------
-# Each signer's durable state (SQLite and registry copy) on its own EFS file system
+# Stores on PostgreSQL: registry log, nonce store, signer state (each only when it is there)
 # ---------------------------------------------------------------------------------------------
-
-resource "aws_vpc_security_group_ingress_rule" "signer_efs_from_signer" {
-  for_each = var.deployers
-
-  security_group_id            = aws_security_group.signer_efs[each.key].id
-  description                  = "NFS (TLS) from the signer of deployer ${each.key}"
-  ip_protocol                  = "tcp"
-  from_port                    = 2049
-  to_port                      = 2049
-  referenced_security_group_id = aws_security_group.signer[each.key].id
-}
-
-resource "aws_vpc_security_group_egress_rule" "signer_to_efs" {
-  for_each = var.deployers
-
-  security_group_id            = aws_security_group.signer[each.key].id
-  description                  = "NFS (TLS) to this signer's state file system"
-  ip_protocol                  = "tcp"
-  from_port                    = 2049
-  to_port                      = 2049
-  referenced_security_group_id = aws_security_group.signer_efs[each.key].id
-}
 
 resource "aws_vpc_security_group_ingress_rule" "postgres_from_coordinator" {
-  count = local.has_postgres ? 1 : 0
+  count = var.postgres_enabled && local.registry_on_postgres ? 1 : 0
 
   security_group_id            = aws_security_group.postgres[0].id
   description                  = "PostgreSQL from the coordinator (registry log)"
@@ -427,7 +382,7 @@ resource "aws_vpc_security_group_ingress_rule" "postgres_from_coordinator" {
 }
 
 resource "aws_vpc_security_group_egress_rule" "coordinator_to_postgres" {
-  count = local.has_postgres ? 1 : 0
+  count = var.postgres_enabled && local.registry_on_postgres ? 1 : 0
 
   security_group_id            = aws_security_group.coordinator.id
   description                  = "PostgreSQL (registry log)"
@@ -438,7 +393,7 @@ resource "aws_vpc_security_group_egress_rule" "coordinator_to_postgres" {
 }
 
 resource "aws_vpc_security_group_ingress_rule" "postgres_from_verifier" {
-  count = local.has_postgres && local.verifiers_on_postgres ? 1 : 0
+  count = var.postgres_enabled && local.verifiers_on_postgres ? 1 : 0
 
   security_group_id            = aws_security_group.postgres[0].id
   description                  = "PostgreSQL from the verifiers (nonce store)"
@@ -449,10 +404,32 @@ resource "aws_vpc_security_group_ingress_rule" "postgres_from_verifier" {
 }
 
 resource "aws_vpc_security_group_egress_rule" "verifier_to_postgres" {
-  count = local.has_postgres && local.verifiers_on_postgres ? 1 : 0
+  count = var.postgres_enabled && local.verifiers_on_postgres ? 1 : 0
 
   security_group_id            = aws_security_group.verifier.id
   description                  = "PostgreSQL (nonce store)"
+  ip_protocol                  = "tcp"
+  from_port                    = 5432
+  to_port                      = 5432
+  referenced_security_group_id = aws_security_group.postgres[0].id
+}
+
+resource "aws_vpc_security_group_ingress_rule" "postgres_from_signer" {
+  for_each = var.postgres_enabled && local.signers_on_postgres ? var.deployers : {}
+
+  security_group_id            = aws_security_group.postgres[0].id
+  description                  = "PostgreSQL from the signer of deployer ${each.key} (its own database)"
+  ip_protocol                  = "tcp"
+  from_port                    = 5432
+  to_port                      = 5432
+  referenced_security_group_id = aws_security_group.signer[each.key].id
+}
+
+resource "aws_vpc_security_group_egress_rule" "signer_to_postgres" {
+  for_each = var.postgres_enabled && local.signers_on_postgres ? var.deployers : {}
+
+  security_group_id            = aws_security_group.signer[each.key].id
+  description                  = "PostgreSQL (this signer's own database)"
   ip_protocol                  = "tcp"
   from_port                    = 5432
   to_port                      = 5432
@@ -482,13 +459,13 @@ resource "terraform_data" "paths_open" {
     aws_vpc_security_group_egress_rule.task_to_endpoints,
     aws_vpc_security_group_egress_rule.task_to_s3,
     aws_vpc_security_group_egress_rule.verifier_to_dynamodb,
-    aws_vpc_security_group_ingress_rule.efs_from_coordinator,
-    aws_vpc_security_group_egress_rule.coordinator_to_efs,
-    aws_vpc_security_group_ingress_rule.signer_efs_from_signer,
-    aws_vpc_security_group_egress_rule.signer_to_efs,
+    aws_vpc_security_group_egress_rule.coordinator_to_dynamodb,
+    aws_vpc_security_group_egress_rule.signer_to_dynamodb,
     aws_vpc_security_group_ingress_rule.postgres_from_coordinator,
     aws_vpc_security_group_egress_rule.coordinator_to_postgres,
     aws_vpc_security_group_ingress_rule.postgres_from_verifier,
     aws_vpc_security_group_egress_rule.verifier_to_postgres,
+    aws_vpc_security_group_ingress_rule.postgres_from_signer,
+    aws_vpc_security_group_egress_rule.signer_to_postgres,
   ]
 }

@@ -15,29 +15,15 @@ output "verifier_security_group_id" {
 }
 
 output "coordinator_security_group_id" {
-  description = "Security group of the coordinator task."
+  description = "Security group of the coordinator tasks."
   value       = aws_security_group.coordinator.id
 
   depends_on = [terraform_data.paths_open]
 }
 
 output "signer_security_group_ids" {
-  description = "Security group of each deployer's signer task, by deployer id."
+  description = "Security group of each deployer's signer tasks (all its replicas), by deployer id."
   value       = { for id, sg in aws_security_group.signer : id => sg.id }
-
-  depends_on = [terraform_data.paths_open]
-}
-
-output "signer_efs_security_group_ids" {
-  description = "Security group of each signer's state EFS mount target, by deployer id."
-  value       = { for id, sg in aws_security_group.signer_efs : id => sg.id }
-
-  depends_on = [terraform_data.paths_open]
-}
-
-output "efs_security_group_id" {
-  description = "Security group of the registry EFS mount targets (null when PostgreSQL holds the registry)."
-  value       = try(aws_security_group.efs[0].id, null)
 
   depends_on = [terraform_data.paths_open]
 }

@@ -84,17 +84,32 @@ variable "s3_prefix_list_id" {
 }
 
 variable "dynamodb_prefix_list_id" {
-  description = "Prefix list of the DynamoDB gateway endpoint (nonce table)."
+  description = "Prefix list of the DynamoDB gateway endpoint (nonce, registry and signer state tables)."
   type        = string
 }
 
-variable "registry_backend" {
-  description = "Where the coordinator keeps its registry log: 'efs' or 'postgresql'."
+variable "postgres_enabled" {
+  description = "Whether the optional PostgreSQL instance exists (its security group is created with it)."
+  type        = bool
+}
+
+variable "registry_store_backend" {
+  description = "Where the coordinators keep the registry log: 'dynamodb' or 'postgresql'."
   type        = string
 
   validation {
-    condition     = contains(["efs", "postgresql"], var.registry_backend)
-    error_message = "registry_backend must be 'efs' or 'postgresql'."
+    condition     = contains(["dynamodb", "postgresql"], var.registry_store_backend)
+    error_message = "registry_store_backend must be 'dynamodb' or 'postgresql'."
+  }
+}
+
+variable "signer_state_backend" {
+  description = "Where each deployer's signer replicas keep their state: 'dynamodb' or 'postgresql'."
+  type        = string
+
+  validation {
+    condition     = contains(["dynamodb", "postgresql"], var.signer_state_backend)
+    error_message = "signer_state_backend must be 'dynamodb' or 'postgresql'."
   }
 }
 

@@ -1,6 +1,8 @@
 # One deployer's signer: its own IAM task role, its own AWS KMS Ed25519 key (which only that
-# role may use to sign), its TLS secret, its own EFS file system for its durable state, and one
-# Fargate task in the deployer's availability zone.
+# role may use to sign), its TLS secret, its own state store (a DynamoDB table by default, or its
+# own PostgreSQL database), and desired_count (at least three) Fargate tasks spread over the three
+# availability zones. Every task is a replica: the same key, the same state (ADR 0033); a runtime
+# reaches them all under one DNS name (Cloud Map, one A record per healthy task).
 
 data "aws_caller_identity" "current" {}
 
@@ -12,6 +14,14 @@ locals {
 
   # Readable but bounded: IAM role names are limited to 64 characters.
   short_id = length(var.deployer_slug) <= 24 ? var.deployer_slug : "${substr(var.deployer_slug, 0, 15)}-${substr(sha256(var.deployer_id), 0, 8)}"
+
+  on_dynamodb = var.state_backend == "dynamodb"
+
+  # PostgreSQL: this deployer's own database, owned by its own login role of the same name (a plain
+  # identifier: slugs are distinct after '.' and '_' become '-', so they stay distinct when '-'
+  # becomes '_'). No other deployer's role may connect to it (see README.md, "Signer state on
+  # PostgreSQL"); the password is in this signer's own secret.
+  postgres_name = "countersign_signer_${replace(local.short_id, "-", "_")}"
 
   # Administration only. Deliberately absent: kms:Sign, kms:Verify, kms:GetPublicKey and
   # kms:CreateGrant (a grant could hand signing to someone else), and no "kms:*" or other wildcard.
@@ -81,16 +91,53 @@ locals {
     ]
   }
 
-  # Grants, issued records, per-parent child counts, session counters and the verified copy of the
-  # registry must survive a restart (a restarted signer must neither forget a limit nor reuse a
-  # grant), so they live on this signer's own EFS file system, not in the task's ephemeral storage.
-  state_dir = "/var/lib/countersign/signer"
+  # Grants, issued records, per-parent child counts, session counters and request answers are shared
+  # by every replica and survive every restart: they live in this deployer's own store (setting
+  # state_url), never in a task. Each replica keeps its own verified copy of the registry log in
+  # its task storage (setting registry_cache): replicas must not share that file (each rewrites it
+  # through the same temporary name), and a new task fetches and verifies the whole log again.
+  state_url = (
+    local.on_dynamodb
+    ? "dynamodb://${aws_dynamodb_table.state[0].name}?region=${var.region}"
+    : "postgresql://${local.postgres_name}@${var.postgres.address}:${var.postgres.port}/${local.postgres_name}?sslmode=require&schema=countersign_signer"
+  )
+  registry_cache_dir = "/var/lib/countersign/registry-cache"
 
   tls_secret_keys = {
     COUNTERSIGN_TLS_CERT_PEM = "cert"
     COUNTERSIGN_TLS_KEY_PEM  = "key"
     COUNTERSIGN_TLS_CA_PEM   = "ca"
   }
+
+  # The database password comes from this signer's own secret, never from a plain variable; the
+  # store reads it from COUNTERSIGN_SIGNER_STATE_PASSWORD when the URL has none (signer/stores/postgres.py).
+  password_secrets = local.on_dynamodb ? [] : [
+    { name = "COUNTERSIGN_SIGNER_STATE_PASSWORD", valueFrom = "${aws_secretsmanager_secret.state_password[0].arn}:password::" },
+  ]
+
+  # Setting names: signer/config.py SignerConfig (COUNTERSIGN_<SETTING>). A parent signer's
+  # address is not configured: it travels in each AcceptDelegation request (parent_signer). The
+  # coordinator address is one DNS name with an A record per coordinator task.
+  environment = [
+    { name = "COUNTERSIGN_DEPLOYER", value = var.deployer_id },
+    { name = "COUNTERSIGN_SIGNER_KEY", value = "awskms:${aws_kms_key.signer.arn}" },
+    { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
+    { name = "COUNTERSIGN_COORDINATOR", value = var.coordinator_address },
+    { name = "COUNTERSIGN_STATE_URL", value = local.state_url },
+    { name = "COUNTERSIGN_REGISTRY_CACHE", value = "${local.registry_cache_dir}/registry.json" },
+    { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.signer}" },
+    { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.signer_metrics}" },
+    { name = "COUNTERSIGN_ALLOWED_CHILDREN", value = join(",", var.allowed_children) },
+    { name = "AWS_REGION", value = var.region },
+  ]
+
+  # Optional tuning, set only when given (unset: the daemon's default).
+  optional_environment = [
+    for name, value in {
+      COUNTERSIGN_COMMIT_BATCH    = var.commit_batch
+      COUNTERSIGN_DECIDE_ATTEMPTS = var.decide_attempts
+    } : { name = name, value = tostring(value) } if value != null
+  ]
 
   container = {
     name      = "signer"
@@ -111,29 +158,19 @@ locals {
       { name = "grpc", containerPort = var.ports.signer, protocol = "tcp" },
       { name = "metrics", containerPort = var.ports.signer_metrics, protocol = "tcp" },
     ]
-    # Setting names: signer/daemon.py SignerConfig (COUNTERSIGN_<SETTING>). A parent signer's
-    # address is not configured: it travels in each AcceptDelegation request (parent_signer).
-    environment = [
-      { name = "COUNTERSIGN_DEPLOYER", value = var.deployer_id },
-      { name = "COUNTERSIGN_SIGNER_KEY", value = "awskms:${aws_kms_key.signer.arn}" },
-      { name = "COUNTERSIGN_OPERATOR_PUBLIC_KEY", value = var.operator_public_key },
-      { name = "COUNTERSIGN_COORDINATOR", value = var.coordinator_address },
-      { name = "COUNTERSIGN_STATE_URL", value = "sqlite:///${local.state_dir}/signer.db" },
-      { name = "COUNTERSIGN_REGISTRY_CACHE", value = "${local.state_dir}/registry.json" },
-      { name = "COUNTERSIGN_LISTEN", value = "0.0.0.0:${var.ports.signer}" },
-      { name = "COUNTERSIGN_METRICS_LISTEN", value = "0.0.0.0:${var.ports.signer_metrics}" },
-      { name = "COUNTERSIGN_ALLOWED_CHILDREN", value = join(",", var.allowed_children) },
-      { name = "AWS_REGION", value = var.region },
-    ]
-    secrets = [
-      for env_name, json_key in local.tls_secret_keys : {
-        name      = env_name
-        valueFrom = "${aws_secretsmanager_secret.tls.arn}:${json_key}::"
-      }
-    ]
+    environment = concat(local.environment, local.optional_environment)
+    secrets = concat(
+      [
+        for env_name, json_key in local.tls_secret_keys : {
+          name      = env_name
+          valueFrom = "${aws_secretsmanager_secret.tls.arn}:${json_key}::"
+        }
+      ],
+      local.password_secrets,
+    )
     mountPoints = [
       { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
-      { sourceVolume = "state", containerPath = local.state_dir, readOnly = false },
+      { sourceVolume = "registry-cache", containerPath = local.registry_cache_dir, readOnly = false },
     ]
     # grpc.health.v1 over the signer's own mTLS material (docker/healthcheck.py in the image).
     healthCheck = {
@@ -192,30 +229,53 @@ resource "aws_iam_role" "signer" {
   tags = { Deployer = var.deployer_id }
 }
 
-data "aws_iam_policy_document" "task_efs" {
+# The signer's own state table, and no other: every statement names this module's one table. The
+# calls (signer/stores/dynamodb.py, countersign/_daemon/dynamodb.py): DescribeTable at start,
+# BatchGetItem to read, TransactWriteItems of Put and Update parts to write (IAM authorises each
+# part as PutItem / UpdateItem; there is no TransactWriteItems action), Scan and DeleteItem to
+# collect expired items. tests/infra derives the actions from those sources.
+data "aws_iam_policy_document" "task_state_table" {
+  count = local.on_dynamodb ? 1 : 0
+
   statement {
-    sid       = "MountOwnStateThroughAccessPoint"
+    sid    = "OwnStateTableItems"
+    effect = "Allow"
+    actions = [
+      "dynamodb:BatchGetItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:DescribeTable",
+      "dynamodb:PutItem",
+      "dynamodb:Scan",
+      "dynamodb:UpdateItem",
+    ]
+    resources = [aws_dynamodb_table.state[0].arn]
+  }
+
+  statement {
+    sid       = "StateTableEncryptionThroughDynamoDB"
     effect    = "Allow"
-    actions   = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
-    resources = [aws_efs_file_system.state.arn]
+    actions   = ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey"]
+    resources = [var.kms_key_arn]
 
     condition {
       test     = "StringEquals"
-      variable = "elasticfilesystem:AccessPointArn"
-      values   = [aws_efs_access_point.state.arn]
+      variable = "kms:ViaService"
+      values   = ["dynamodb.${var.region}.amazonaws.com"]
     }
   }
 }
 
-resource "aws_iam_role_policy" "task_efs" {
-  name   = "mount-state"
+resource "aws_iam_role_policy" "task_state_table" {
+  count = local.on_dynamodb ? 1 : 0
+
+  name   = "own-state-table"
   role   = aws_iam_role.signer.id
-  policy = data.aws_iam_policy_document.task_efs.json
+  policy = data.aws_iam_policy_document.task_state_table[0].json
 }
 
 resource "aws_iam_role" "execution" {
   name               = "${var.name}-signer-${local.short_id}-exec"
-  description        = "ECS execution role of the signer of deployer ${var.deployer_id} (image pull, logs, TLS secret)"
+  description        = "ECS execution role of the signer of deployer ${var.deployer_id} (image pull, logs, its own secrets)"
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
 
   tags = { Deployer = var.deployer_id }
@@ -244,14 +304,17 @@ data "aws_iam_policy_document" "execution" {
   }
 
   statement {
-    sid       = "ReadOwnTlsSecret"
-    effect    = "Allow"
-    actions   = ["secretsmanager:GetSecretValue"]
-    resources = [aws_secretsmanager_secret.tls.arn]
+    sid     = "ReadOwnSecrets"
+    effect  = "Allow"
+    actions = ["secretsmanager:GetSecretValue"]
+    resources = concat(
+      [aws_secretsmanager_secret.tls.arn],
+      local.on_dynamodb ? [] : [aws_secretsmanager_secret.state_password[0].arn],
+    )
   }
 
   statement {
-    sid       = "DecryptOwnTlsSecret"
+    sid       = "DecryptOwnSecrets"
     effect    = "Allow"
     actions   = ["kms:Decrypt"]
     resources = [var.kms_key_arn]
@@ -295,105 +358,60 @@ resource "aws_kms_alias" "signer" {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Durable state on EFS: one file system per signer, reachable only by its task role through its
-# access point, over TLS, from its own security group
+# Durable state shared by the replicas: this deployer's own DynamoDB table (the default) or its own
+# PostgreSQL database, whose password is in this deployer's own secret
 # ---------------------------------------------------------------------------------------------
 
-resource "aws_efs_file_system" "state" {
-  # Backed up by EFS automatic backups (aws_efs_backup_policy below), i.e. AWS Backup's default plan.
-  creation_token   = "${var.name}-signer-${var.deployer_slug}-state"
-  encrypted        = true
-  kms_key_id       = var.kms_key_arn
-  performance_mode = "generalPurpose"
-  throughput_mode  = "elastic"
+# The table shape every Countersign store expects (countersign/_daemon/dynamodb.py): pk/sk strings,
+# on-demand, TTL on expires_at (DynamoDB removes what the collector left behind), restorable to
+# any second of the last 35 days, encrypted with the deployment's data key.
+resource "aws_dynamodb_table" "state" {
+  count = local.on_dynamodb ? 1 : 0
 
-  tags = { Name = "${var.name}-signer-${var.deployer_slug}-state", Deployer = var.deployer_id }
-}
+  name         = "${var.name}-signer-${var.deployer_slug}"
+  billing_mode = "PAY_PER_REQUEST"
+  hash_key     = "pk"
+  range_key    = "sk"
 
-resource "aws_efs_backup_policy" "state" {
-  file_system_id = aws_efs_file_system.state.id
-
-  backup_policy {
-    status = "ENABLED"
-  }
-}
-
-# One mount target, in the deployer's zone: the signer task runs only there. The data itself is
-# stored across the region's zones by EFS.
-resource "aws_efs_mount_target" "state" {
-  file_system_id  = aws_efs_file_system.state.id
-  subnet_id       = var.subnet_id
-  security_groups = [var.efs_security_group_id]
-}
-
-resource "aws_efs_access_point" "state" {
-  file_system_id = aws_efs_file_system.state.id
-
-  posix_user {
-    uid = var.container_uid
-    gid = var.container_gid
+  attribute {
+    name = "pk"
+    type = "S"
   }
 
-  root_directory {
-    path = "/signer"
-
-    creation_info {
-      owner_uid   = var.container_uid
-      owner_gid   = var.container_gid
-      permissions = "0750"
-    }
+  attribute {
+    name = "sk"
+    type = "S"
   }
 
-  tags = { Name = "${var.name}-signer-${var.deployer_slug}-state", Deployer = var.deployer_id }
+  ttl {
+    enabled        = true
+    attribute_name = "expires_at"
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = var.kms_key_arn
+  }
+
+  deletion_protection_enabled = var.deletion_protection
+
+  tags = { Deployer = var.deployer_id }
 }
 
-data "aws_iam_policy_document" "efs" {
-  statement {
-    sid       = "SignerThroughAccessPointOnly"
-    effect    = "Allow"
-    actions   = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
-    resources = [aws_efs_file_system.state.arn]
+resource "aws_secretsmanager_secret" "state_password" {
+  #checkov:skip=CKV2_AWS_57:Holds the password of this deployer's own PostgreSQL login role, which the operator sets together with the role (README.md); it is rotated by ALTER ROLE and a new secret version, there is no rotation Lambda to attach.
+  count = local.on_dynamodb ? 0 : 1
 
-    principals {
-      type        = "AWS"
-      identifiers = [aws_iam_role.signer.arn]
-    }
+  name                    = "${var.name}/postgres/signer/${var.deployer_id}"
+  description             = "Password of the PostgreSQL role ${local.postgres_name} of the signer of deployer ${var.deployer_id}: JSON with key password"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = 30
 
-    condition {
-      test     = "StringEquals"
-      variable = "elasticfilesystem:AccessPointArn"
-      values   = [aws_efs_access_point.state.arn]
-    }
-
-    condition {
-      test     = "Bool"
-      variable = "aws:SecureTransport"
-      values   = ["true"]
-    }
-  }
-
-  statement {
-    sid       = "DenyWithoutTls"
-    effect    = "Deny"
-    actions   = ["*"]
-    resources = [aws_efs_file_system.state.arn]
-
-    principals {
-      type        = "AWS"
-      identifiers = ["*"]
-    }
-
-    condition {
-      test     = "Bool"
-      variable = "aws:SecureTransport"
-      values   = ["false"]
-    }
-  }
-}
-
-resource "aws_efs_file_system_policy" "state" {
-  file_system_id = aws_efs_file_system.state.id
-  policy         = data.aws_iam_policy_document.efs.json
+  tags = { Deployer = var.deployer_id }
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +453,9 @@ resource "aws_service_discovery_service" "signer" {
     }
   }
 
-  # ECS reports task health to Cloud Map (the threshold is fixed at 1 by AWS).
+  # One A record per healthy task: runtimes, peer signers and the SDK's failover reach every replica
+  # under <deployer slug>.<namespace>. ECS reports task health to Cloud Map (the threshold is fixed
+  # at 1 by AWS).
   health_check_custom_config {
     failure_threshold = 1
   }
@@ -463,17 +483,7 @@ resource "aws_ecs_task_definition" "signer" {
   }
 
   volume {
-    name = "state"
-
-    efs_volume_configuration {
-      file_system_id     = aws_efs_file_system.state.id
-      transit_encryption = "ENABLED"
-
-      authorization_config {
-        access_point_id = aws_efs_access_point.state.id
-        iam             = "ENABLED"
-      }
-    }
+    name = "registry-cache"
   }
 
   tags = { Deployer = var.deployer_id }
@@ -483,13 +493,18 @@ resource "aws_ecs_service" "signer" {
   name             = "signer-${var.deployer_slug}"
   cluster          = var.cluster_arn
   task_definition  = aws_ecs_task_definition.signer.arn
-  desired_count    = 1
+  desired_count    = var.desired_count
   launch_type      = "FARGATE"
   platform_version = "LATEST"
 
-  # One signer per deployer, never two at once (open grants are single-use).
-  deployment_minimum_healthy_percent = 0
-  deployment_maximum_percent         = 100
+  # Replicas over one shared state: every spend decision is a conditional write in the store, so
+  # old and new tasks may run side by side. A deployment starts the new tasks first and stops an
+  # old one only when a new one is healthy: the deployer never has fewer than desired_count.
+  # Fargate spreads a service's tasks over its subnets' zones (one subnet per zone); rebalancing
+  # moves them back after a zone returns.
+  availability_zone_rebalancing      = "ENABLED"
+  deployment_minimum_healthy_percent = 100
+  deployment_maximum_percent         = 200
 
   # A shell in this task could sign with the deployer's key.
   enable_execute_command  = false
@@ -502,7 +517,7 @@ resource "aws_ecs_service" "signer" {
   }
 
   network_configuration {
-    subnets          = [var.subnet_id]
+    subnets          = var.subnet_ids
     security_groups  = [var.security_group_id]
     assign_public_ip = false
   }
@@ -513,5 +528,5 @@ resource "aws_ecs_service" "signer" {
 
   tags = { Deployer = var.deployer_id }
 
-  depends_on = [aws_efs_mount_target.state, aws_efs_file_system_policy.state, aws_iam_role_policy.task_efs]
+  depends_on = [aws_iam_role_policy.task_state_table]
 }

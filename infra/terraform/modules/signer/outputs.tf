@@ -23,7 +23,21 @@ output "tls_secret_arn" {
   value       = aws_secretsmanager_secret.tls.arn
 }
 
-output "state_file_system_id" {
-  description = "EFS file system holding this signer's durable state (SQLite and registry copy)."
-  value       = aws_efs_file_system.state.id
+output "state_table_name" {
+  description = "DynamoDB table holding this signer's shared state (null when it is on PostgreSQL)."
+  value       = try(aws_dynamodb_table.state[0].name, null)
+}
+
+output "state_table_arn" {
+  description = "ARN of this signer's state table; only its task role may use it (null on PostgreSQL)."
+  value       = try(aws_dynamodb_table.state[0].arn, null)
+}
+
+output "state_postgres" {
+  description = "On PostgreSQL: the database and login role (same name) to create for this signer, and the secret to fill with the role's password (JSON key password); null on DynamoDB."
+  value = local.on_dynamodb ? null : {
+    database        = local.postgres_name
+    role            = local.postgres_name
+    password_secret = aws_secretsmanager_secret.state_password[0].arn
+  }
 }

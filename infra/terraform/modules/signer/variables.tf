@@ -50,13 +50,35 @@ variable "cpu_architecture" {
 }
 
 variable "cpu" {
-  description = "Fargate CPU units of the signer task."
+  description = "Fargate CPU units of one signer task."
   type        = number
 }
 
 variable "memory" {
-  description = "Memory (MiB) of the signer task."
+  description = "Memory (MiB) of one signer task."
   type        = number
+}
+
+variable "desired_count" {
+  description = "Signer replicas of this deployer (at least three: one per availability zone)."
+  type        = number
+
+  validation {
+    condition     = var.desired_count >= 3
+    error_message = "At least three signer replicas are needed to cover the three availability zones."
+  }
+}
+
+variable "commit_batch" {
+  description = "Setting commit_batch (writes sharing one PostgreSQL commit); null leaves the daemon's default."
+  type        = number
+  default     = null
+}
+
+variable "decide_attempts" {
+  description = "Setting decide_attempts (decisions of one call before STATE_CONFLICT); null leaves the daemon's default."
+  type        = number
+  default     = null
 }
 
 variable "container_uid" {
@@ -91,9 +113,14 @@ variable "namespace_id" {
   type        = string
 }
 
-variable "subnet_id" {
-  description = "Private subnet (the deployer's availability zone) the signer task runs in."
-  type        = string
+variable "subnet_ids" {
+  description = "The three private subnets, one per availability zone; the replicas spread over them."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.subnet_ids) == 3
+    error_message = "Exactly three private subnets (three availability zones) are expected."
+  }
 }
 
 variable "security_group_id" {
@@ -101,9 +128,38 @@ variable "security_group_id" {
   type        = string
 }
 
-variable "efs_security_group_id" {
-  description = "Security group of this signer's state EFS mount target (NFS from this signer only)."
+variable "state_backend" {
+  description = "Where this signer's replicas keep their shared state: 'dynamodb' (its own table) or 'postgresql' (its own database)."
   type        = string
+
+  validation {
+    condition     = contains(["dynamodb", "postgresql"], var.state_backend)
+    error_message = "state_backend must be 'dynamodb' or 'postgresql'."
+  }
+}
+
+variable "postgres" {
+  description = "PostgreSQL instance (address, port; the other fields are the master user's and unused here) when state_backend is 'postgresql'; null otherwise."
+  type = object({
+    address            = string
+    port               = number
+    database           = string
+    username           = string
+    password_secret    = string
+    secret_kms_key_arn = string
+  })
+  default = null
+
+  validation {
+    condition     = var.state_backend == "dynamodb" || var.postgres != null
+    error_message = "postgres must be set when state_backend is 'postgresql'."
+  }
+}
+
+variable "deletion_protection" {
+  description = "Deletion protection of the state table."
+  type        = bool
+  default     = true
 }
 
 variable "coordinator_address" {
@@ -122,7 +178,7 @@ variable "kms_admin_arns" {
 }
 
 variable "kms_key_arn" {
-  description = "Data-at-rest KMS key (log group, TLS secret)."
+  description = "Data-at-rest KMS key (state table, log group, secrets)."
   type        = string
 }
 

@@ -14,6 +14,9 @@ expires. Parsing is strict: the prefix, the encoding (one encoding per byte stri
 JSON (no duplicate keys, no floats, exactly these fields), the parent path (the wire format of
 docs/spec.md) and the consistency of the grant with that path are all checked, and every failure is a
 :class:`HandoffError` with code ``INVALID_ARGUMENT``.
+
+Pure (the core: no gRPC, no I/O), so that a consumer or a tool reads a handoff with the core alone;
+the client SDK's runtime makes and accepts them (``countersign.client.Runtime``).
 """
 
 from __future__ import annotations
@@ -24,12 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-import grpc
-
 from countersign.canonical import SAFE_INTEGER_MAX, JsonValue, canonicalize_validated
-from countersign.client.errors import ServiceError
-from countersign.client.results import Grant
-from countersign.errors import ErrorCode, MalformedError
+from countersign.errors import ErrorCode, MalformedError, ServiceError
 from countersign.records import (
     DEPLOYER_ID_PATTERN,
     DIGEST_PATTERN,
@@ -54,21 +53,28 @@ SIGNER_ADDRESS_PATTERN: Final = re.compile(rf"{_ONE_ADDRESS}(?:,{_ONE_ADDRESS}){
 _BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]*")
 
 
+@dataclass(frozen=True)
+class Grant:
+    """A parent deployer's permission for one named child deployer to attach one child under one of
+    its records (``SignerClient.open_grant``). The child deployer's runtime passes it, with the parent
+    path and the parent signer's address, to ``SignerClient.accept``. It holds nothing secret."""
+
+    grant_id: str
+    parent_digest: str  # sha256:<hex> of the parent envelope the grant is for
+    parent_key_id: str  # the key the parent's signer will co-sign the edge with
+    child_deployer: str
+    expires_ms: int  # after this the parent's signer refuses to co-sign under the grant
+
+
 class HandoffError(ServiceError):
     """A handoff the child side refuses before any call is made: malformed (``INVALID_ARGUMENT``),
     expired (``GRANT_EXPIRED``) or addressed to another child deployer (``GRANT_WRONG_CHILD``).
 
-    A :class:`countersign.client.ServiceError`, so one ``except ServiceError`` catches these and the
-    refusals the signers send, each with its ``code``."""
-
-    _STATUS: Final = {
-        ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-        ErrorCode.GRANT_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
-        ErrorCode.GRANT_WRONG_CHILD: grpc.StatusCode.PERMISSION_DENIED,
-    }
+    A :class:`countersign.errors.ServiceError` (a code and a message, no transport status), so one
+    ``except ServiceError`` catches these and the refusals the signers send, each with its ``code``."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(code, message, self._STATUS.get(code, grpc.StatusCode.FAILED_PRECONDITION))
+        super().__init__(code, message)
 
 
 def _malformed(message: str) -> HandoffError:
@@ -91,7 +97,8 @@ class Delegation:
     the grant its signer opened for the child, and where that signer is reached.
 
     Made by :meth:`countersign.client.Runtime.delegate`; sent as :meth:`to_string`; read back with
-    :meth:`from_string` and accepted by :meth:`countersign.client.Runtime.accept` on the child side."""
+    :meth:`from_string` (the core alone) and accepted by :meth:`countersign.client.Runtime.accept` on
+    the child side."""
 
     parent: Path
     grant: Grant

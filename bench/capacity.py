@@ -1,0 +1,159 @@
+"""What one receipt costs the signer's store (issue 28's capacity page; ``python -m bench --only capacity``).
+
+A signer service is run in this process with a DynamoDB state whose client records every request instead
+of sending it (the store's own code path builds each request as it would for AWS), and issues receipts
+under a delegated agent (a depth-2 agent record, so each receipt's path has three records, as a
+delegated worker's receipts do) with a request id each, as the SDK sends them. For each call it counts
+the requests and items the store sent and sizes every item by DynamoDB's rules (attribute names plus
+values; a write unit per KB of item, twice that inside a transaction; a strongly consistent read unit
+per 4 KB). The SQL stores write the same rows (one per item); their commits are shared by concurrent
+receipts (``python -m bench --only signing`` measures how many).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import time
+from typing import Any
+
+import prometheus_client
+
+from bench.issuance import _Context, _Registry
+from countersign._proto.v1 import signer_pb2
+from countersign.client.tls import TlsConfig
+from countersign.cosigning import root_write
+from countersign.records import Construction, Path
+from countersign.samples import SampleMesh
+from signer.config import SignerConfig
+from signer.daemon import SignerMetrics, SignerService
+from signer.stores.dynamodb import DynamoDbState
+
+RECEIPTS = 200
+
+
+def item_bytes(item: dict[str, dict[str, Any]]) -> int:
+    """An item's size as DynamoDB counts it: each attribute's name plus its value."""
+    size = 0
+    for name, value in item.items():
+        size += len(name.encode())
+        ((kind, raw),) = value.items()
+        if kind == "S":
+            size += len(raw.encode())
+        elif kind == "B":
+            size += len(raw)
+        elif kind == "N":
+            size += math.ceil(len(raw.lstrip("-").replace(".", "")) / 2) + 1
+        else:  # BOOL, NULL
+            size += 1
+    return size
+
+
+class RecordingClient:
+    """A stand-in DynamoDB client that keeps every request and answers reads from the items it was
+    given to put (enough for a signer issuing receipts: records, sessions and request ids are puts)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._items: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def describe_table(self, **request: Any) -> dict[str, Any]:
+        return {"Table": {"KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
+                                        {"AttributeName": "sk", "KeyType": "RANGE"}],
+                          "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"},
+                                                   {"AttributeName": "sk", "AttributeType": "S"}]}}  # fmt: skip
+
+    def batch_get_item(self, **request: Any) -> dict[str, Any]:
+        self.calls.append(("BatchGetItem", request))
+        ((table, asked),) = request["RequestItems"].items()
+        found = [
+            self._items[(k["pk"]["S"], k["sk"]["S"])]
+            for k in asked["Keys"]
+            if (k["pk"]["S"], k["sk"]["S"]) in self._items
+        ]
+        return {"Responses": {table: found}}
+
+    def transact_write_items(self, **request: Any) -> dict[str, Any]:
+        self.calls.append(("TransactWriteItems", request))
+        for part in request["TransactItems"]:
+            if "Put" in part:
+                item = part["Put"]["Item"]
+                self._items[(item["pk"]["S"], item["sk"]["S"])] = item
+        return {}
+
+
+def _write_units(request: dict[str, Any]) -> tuple[int, int]:
+    """(items, write units) of one TransactWriteItems: a Put's item, or an Update's key and new values."""
+    units = 0
+    for part in request["TransactItems"]:
+        ((kind, body),) = part.items()
+        if kind == "Put":
+            item = body["Item"]
+        else:
+            values = body.get("ExpressionAttributeValues", {})
+            item = {**body["Key"], **{name.strip(":"): value for name, value in values.items()}}
+        units += 2 * math.ceil(item_bytes(item) / 1024)
+    return len(request["TransactItems"]), units
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    mesh = SampleMesh.create(["deployer-a", "deployer-b"], seed=b"bench-capacity")
+    config = SignerConfig(
+        deployer="deployer-b", signer_key="", operator_public_key="", coordinator="", registry_cache="",
+        tls=TlsConfig(insecure_loopback=True),
+    )  # fmt: skip
+    client = RecordingClient()
+    state = DynamoDbState("dynamodb://capacity?region=eu-west-1", client=client)
+    follower = _Registry(mesh.registry)
+    metrics = SignerMetrics(prometheus_client.CollectorRegistry(), follower)  # type: ignore[arg-type]
+    service = SignerService(config, mesh.signers["deployer-b"], state, follower, metrics)  # type: ignore[arg-type]
+    # A delegated agent of deployer-b under deployer-a's root: its receipts' paths have three records.
+    now = time.time_ns() // 1_000_000
+    agent = Path(mesh.issue_path(Construction.SIGNED_DAG, ["deployer-a", "deployer-b", "deployer-b"], b"",
+                                 now_ms=now).envelopes[:2])  # fmt: skip
+    state.apply([root_write(agent, agent.to_bytes())])  # as if this signer had issued it
+    context: Any = _Context()
+    count = 50 if quick else RECEIPTS
+    digest = hashlib.sha256(b"an output").digest()
+    path_bytes = []
+    for index in range(count):
+        client.calls.clear()  # what the last receipt cost is left for the report
+        answer = service.IssueReceipt(signer_pb2.IssueReceiptRequest(
+            parent_path=agent.to_bytes(), output_sha256=digest, session="capacity", request_id=f"req-{index:08d}",
+        ), context)  # fmt: skip
+        path_bytes.append(len(answer.path))
+    reads = [c for c in client.calls if c[0] == "BatchGetItem"]
+    writes = [c for c in client.calls if c[0] == "TransactWriteItems"]
+    items, units = _write_units(writes[0][1])
+    read_keys = len(reads[0][1]["RequestItems"]["capacity"]["Keys"])
+    return {
+        "receipts": count,
+        "path_bytes": statistics.median(path_bytes),
+        "reads_per_receipt": len(reads),
+        "read_keys": read_keys,
+        "read_units": read_keys,  # each key read strongly consistent: one unit per 4 KB, an absent item one
+        "writes_per_receipt": len(writes),
+        "items_per_write": items,
+        "write_units": units,
+    }
+
+
+def report(results: dict[str, Any]) -> str:
+    return "\n".join([
+        f"What one receipt costs the signer's store (a receipt path of {results['path_bytes']:,.0f} bytes, three"
+        " records; median of the receipts issued)",
+        "",
+        "| per receipt | DynamoDB | SQL stores |",
+        "|---|---:|---:|",
+        f"| reads | {results['reads_per_receipt']} BatchGetItem of {results['read_keys']} keys,"
+        f" {results['read_units']} strongly consistent read units | one statement |",
+        f"| writes | {results['writes_per_receipt']} TransactWriteItems of {results['items_per_write']} items,"
+        f" {results['write_units']} write units | {results['items_per_write']} rows, in a commit shared with"
+        " concurrent receipts |",
+    ])  # fmt: skip
+
+
+def as_json(results: dict[str, Any]) -> str:
+    return json.dumps(results, indent=2)
