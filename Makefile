@@ -12,7 +12,7 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 # Set-up prints one line; a step that fails prints its whole log.
 QUIETLY := sh tools/quietly.sh
 
-.PHONY: demo mesh test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps node-deps containers containers-deps
+.PHONY: demo mesh check test lint types unit bench soak workflow conformance proto vectors clean venv constraints zones zones-deps browser-deps node-deps containers containers-deps
 
 include infra/tools.mk
 
@@ -37,6 +37,11 @@ demo: $(STAMP)
 # The demo's mesh left running in .mesh/ (Ctrl-C stops it), to try `countersign verify --verifier`.
 mesh: $(STAMP)
 	$(VENV)/bin/countersign demo --keep-running --workdir .mesh
+
+# The inner loop, a few minutes: lint, types and the offline tier (pure tests: no socket, no process,
+# no service; tests/offline_guard.py fails one that reaches out). No PostgreSQL, root or Docker needed.
+check: $(STAMP) lint types
+	$(VENV)/bin/pytest -n 2 -m offline -q
 
 test: $(STAMP) lint types unit infra-check
 

@@ -1,6 +1,6 @@
 """Session benchmark (issue 17; issue 22's session row): ``python -m bench --only sessions``.
 
-* **Verification from bytes**: ``check_session_bytes`` over a closed session of 10, 100 and 1,000
+* **Verification from bytes**: ``check_session_evidence_bytes`` over a closed session of 10, 100 and 1,000
   outputs (every output's bytes presented), per receipt, beside one raw PyNaCl Ed25519 verify of a
   receipt's real signing input, measured in the same interleaved rounds (thread CPU time, so a busy
   neighbour's time slices are not counted). Target: at most 1.3x raw per receipt. The **floor** is
@@ -33,7 +33,7 @@ from countersign.client.tls import open_channel, signer_dns
 from countersign.constructions import record_signing_input
 from countersign.records import DECODER, Construction, Path
 from countersign.samples import SampleMesh
-from countersign.sessions import SessionEvidence, check_session_bytes
+from countersign.sessions import SessionEvidence, check_session_evidence_bytes
 
 NOW_MS = 1_780_000_000_000
 SIZES = (10, 100, 1_000)
@@ -74,7 +74,9 @@ def _verification_row(outputs: int, rounds: int) -> dict[str, float]:
     data, presented, session, mesh = _session(outputs)
     receipts = session.receipts
     count = len(receipts)
-    assert check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True).result
+    assert check_session_evidence_bytes(
+        data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True
+    ).result
     sample = receipts[len(receipts) // 2]
     message = record_signing_input(sample.record.construction, sample)
     key = nacl.signing.SigningKey(b"\x07" * 32)
@@ -95,7 +97,7 @@ def _verification_row(outputs: int, rounds: int) -> dict[str, float]:
             hashlib.sha256(text).digest()
 
     def check() -> None:
-        check_session_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True)
+        check_session_evidence_bytes(data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True)
 
     samples: dict[str, list[float]] = {"raw": [], "floor": [], "check": []}
     for _ in range(rounds):
@@ -189,7 +191,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 def report(results: dict[str, Any]) -> str:
     lines = [
-        "Session verification from bytes (check_session_bytes, closed session, every output presented), "
+        "Session verification from bytes (check_session_evidence_bytes, closed session, every output presented), "
         "per receipt, beside one raw PyNaCl verify in the same rounds (thread CPU time, median of rounds; "
         f"parsed by {results.get('decoder', DECODER)})",
         "",

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Iterator, Sequence
 
 import grpc
 import prometheus_client
 
-from coordinator.store import LogConflict, LogStore, StoredCheckpoint, open_log_store
+from coordinator.log_stores import open_log_store
+from coordinator.store import LogConflict, LogStore, StoredCheckpoint
+from countersign._clock import now_ms
 from countersign._daemon.config import parse_operator_key, validate_daemon
 from countersign._daemon.edge import servicer_edge
 from countersign._daemon.limits import LimitsConfig
@@ -330,7 +331,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                     heartbeat=coordinator_pb2.Heartbeat(
                         head_sequence=head,
                         head_digest=digest,
-                        sent_ms=time.time_ns() // 1_000_000,
+                        sent_ms=now_ms(),
                         checkpoint=checkpoint,
                     )
                 )

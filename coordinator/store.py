@@ -1,5 +1,5 @@
 """Durable storage of the registry log: an append-only table of signed statements and the latest
-operator checkpoint, chosen by URL (docs/stores.md "Registry log").
+operator checkpoint (docs/stores.md "Registry log"); :mod:`coordinator.log_stores` opens the one a URL names.
 
 ``sqlite:///path`` (default; coordinators on one host may share the file), ``postgresql://…`` and
 ``dynamodb://TABLE?region=…`` (coordinator replicas in several zones share one log). The store only
@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
-from countersign._daemon.sqlite import open_sqlite, sqlite_file
+from countersign._daemon.sqlite import open_sqlite
 from countersign.errors import ConfigError, StateUnavailable
 
 
@@ -148,44 +146,3 @@ def statements_in_order(start: int, rows: list[tuple[int, bytes]] | list[tuple[o
         if sequence != expected:
             raise ConfigError(f"registry log has a gap at sequence {expected}")
     return [bytes(statement) for _, statement in rows]  # type: ignore[call-overload]
-
-
-def _sqlite(url: str) -> LogStore:
-    path = sqlite_file(url)
-    if path is None:
-        shapes = "sqlite:///relative/registry.db or sqlite:////absolute/registry.db"
-        raise ConfigError(f"log_store must look like {shapes}, got {url!r}")
-    return SqliteLogStore(path)
-
-
-def _postgresql(url: str) -> LogStore:
-    try:
-        from coordinator.postgres_store import PostgresLogStore
-    except ImportError as exc:
-        raise ConfigError(f"a PostgreSQL log_store needs the 'postgres' extra (psycopg): {exc}") from None
-    return PostgresLogStore(url)
-
-
-def _dynamodb(url: str) -> LogStore:
-    try:
-        from coordinator.dynamodb_store import DynamoDbLogStore
-    except ImportError as exc:
-        raise ConfigError(f"a DynamoDB log_store needs the 'aws' extra (boto3): {exc}") from None
-    return DynamoDbLogStore(url)
-
-
-LOG_STORE_FOR_SCHEME: dict[str, Callable[[str], LogStore]] = {
-    "sqlite": _sqlite,
-    "postgresql": _postgresql,
-    "postgres": _postgresql,
-    "dynamodb": _dynamodb,
-}
-
-
-def open_log_store(url: str) -> LogStore:
-    """Open the registry log a URL names. Raises ConfigError for an unknown or malformed URL."""
-    scheme = urlsplit(url).scheme
-    factory = LOG_STORE_FOR_SCHEME.get(scheme)
-    if factory is None:
-        raise ConfigError(f"unknown log_store scheme {scheme!r}; known: {', '.join(sorted(LOG_STORE_FOR_SCHEME))}")
-    return factory(url)

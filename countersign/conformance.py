@@ -678,13 +678,13 @@ def run_session_cell(
 ) -> SessionCell:
     """``trials`` attempts of one session attack, each on one of ``pool`` honest sessions issued for
     the cell, checked as a consumer that requires a closed session."""
-    from countersign.sessions import SessionEvidence, check_session
+    from countersign.sessions import SessionEvidence, check_session_evidence
 
     rng = random.Random(f"{seed}:{construction}:session:{attack}")  # noqa: S311 (scenario shapes, not keys)
     materials = [_session_material(construction, mesh, rng, i) for i in range(pool)]
     for material in materials:
         honest = SessionEvidence(material.agent, material.receipts)
-        if not check_session(
+        if not check_session_evidence(
             honest, material.outputs, registry=mesh.registry, now_ms=NOW_MS, require_closed=True
         ).result:
             raise HarnessError(f"{construction}/{attack}: an honest session was rejected")
@@ -694,7 +694,9 @@ def run_session_cell(
         material = materials[rng.randrange(pool)]
         receipts, outputs = _session_attempt(attack, material, rng)
         session = SessionEvidence(material.agent, tuple(receipts))
-        result = check_session(session, outputs, registry=mesh.registry, now_ms=NOW_MS, require_closed=True).result
+        result = check_session_evidence(
+            session, outputs, registry=mesh.registry, now_ms=NOW_MS, require_closed=True
+        ).result
         if result:
             accepted += 1
         else:

@@ -22,8 +22,7 @@ from countersign.policy import ConsumerPolicy
 from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import Path, parse_json
 from countersign.registry import Registry
-from countersign.sessions import SessionEvidence, SessionSummary
-from countersign.sessions import verify_session as core_verify_session
+from countersign.sessions import SessionEvidence, SessionSummary, verify_session_evidence
 from countersign.state import InMemoryState, VerifierState
 from countersign.verify import DEFAULT_POLICY, Mode, OutputDigest, VerifierPolicy, malformed_result
 from countersign.verify import verify_path as core_verify_path
@@ -160,7 +159,7 @@ def verify_offline(
 SessionInput = SessionEvidence | bytes | Sequence[Path]
 
 
-def session_evidence(session: SessionInput) -> SessionEvidence | bytes:
+def as_session_evidence(session: SessionInput) -> SessionEvidence | bytes:
     """``session`` as evidence: SessionEvidence and its bytes pass through; a sequence of receipt
     paths (what ``Runtime.receipt`` returns, in session order, all under one agent path) becomes the
     agent path and the receipts. Raises ValueError for an empty sequence."""
@@ -188,7 +187,7 @@ def verify_session_offline(
     section 17) of one agent's ``session`` in this process; ``outputs[i]``: the exact bytes of output
     *i* (None: not checked). ``state`` as for :func:`verify_offline`. Raises ValueError when
     ``outputs`` does not have one entry per receipt."""
-    evidence = session_evidence(session)
+    evidence = as_session_evidence(session)
     if not isinstance(evidence, SessionEvidence):
         try:
             evidence = SessionEvidence.from_bytes(evidence)
@@ -196,7 +195,7 @@ def verify_session_offline(
             return EvidenceVerdict(malformed_result(exc), registry.sequence)
     if outputs is not None and len(outputs) != len(evidence.receipts):
         raise ValueError(f"{len(outputs)} outputs for {len(evidence.receipts)} receipts")
-    result = core_verify_session(
+    result = verify_session_evidence(
         evidence, outputs, registry=registry, state=InMemoryState() if state is None else state,
         mode=Mode.AUDIT if audit else Mode.ACCEPT, now_ms=now_ms, require_closed=require_closed, policy=policy,
         consumer_policy=consumer_policy,

@@ -40,7 +40,6 @@ from countersign.records import (
 )
 from countersign.registry import KeyProblem, Registry
 from countersign.signer_state import (
-    Grant,
     GrantSpend,
     IssuedRecord,
     NewChild,
@@ -49,6 +48,7 @@ from countersign.signer_state import (
     SessionState,
     SessionUpdate,
     StateWrite,
+    StoredGrant,
 )
 from countersign.verify import edge_violation
 
@@ -412,7 +412,7 @@ def open_grant(
     registry: Registry,
     now_ms: int,
     grant_id: str,
-) -> Grant | Refusal:
+) -> StoredGrant | Refusal:
     """A grant for ``child_deployer`` to attach one child under ``parent``'s leaf (a record of this
     signer, digest ``parent_digest``), or why not. It lasts ``ttl_ms`` (0: the longest allowed),
     capped by ``max_grant_ttl_ms`` and by the parent's expiry."""
@@ -430,7 +430,7 @@ def open_grant(
         return _depth_refused()
     ttl = ttl_ms or policy.max_grant_ttl_ms
     expires = min(now_ms + min(ttl, policy.max_grant_ttl_ms), parent_record.expires_ms)
-    return Grant(grant_id, parent_digest, child_deployer, expires)
+    return StoredGrant(grant_id, parent_digest, child_deployer, expires)
 
 
 def edge_refusal(
@@ -475,7 +475,7 @@ def edge_refusal(
 
 
 def spend_grant(
-    grant: Grant | None,
+    grant: StoredGrant | None,
     *,
     child_deployer: str,
     parent_digest: str,
@@ -600,7 +600,7 @@ def receipt_write(
     return StateWrite(issued=(issued_record(receipt, data),), session=update)
 
 
-def grant_write(grant: Grant) -> StateWrite:
+def grant_write(grant: StoredGrant) -> StateWrite:
     return StateWrite(new_grant=grant)
 
 

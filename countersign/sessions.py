@@ -269,7 +269,7 @@ class SessionAdmission:
 
 @dataclass(frozen=True, slots=True)
 class SessionCheck:
-    """The verdict of :func:`check_session`, and on accept what the state step must admit."""
+    """The verdict of :func:`check_session_evidence`, and on accept what the state step must admit."""
 
     result: VerificationResult
     admission: SessionAdmission | None = None
@@ -339,7 +339,7 @@ def _reject(reason: Reason, index: int | None, detail: str) -> SessionCheck:
     return SessionCheck(VerificationResult.reject(reason, index, detail))
 
 
-def check_session(
+def check_session_evidence(
     session: SessionEvidence,
     outputs: Sequence[bytes | OutputDigest | None] | None = None,
     *,
@@ -462,7 +462,7 @@ def session_policy_refusal(
     return None
 
 
-def check_session_bytes(
+def check_session_evidence_bytes(
     data: bytes,
     outputs: Sequence[bytes | OutputDigest | None] | None = None,
     *,
@@ -473,14 +473,14 @@ def check_session_bytes(
     signatures: SignatureBatch = SERIAL,
     consumer_policy: ConsumerPolicy | None = None,
 ) -> SessionCheck:
-    """Parse, then :func:`check_session`. Malformed input is a ``MALFORMED`` (or version) reject."""
+    """Parse, then :func:`check_session_evidence`. Malformed input is a ``MALFORMED`` (or version) reject."""
     try:
         session = SessionEvidence.from_bytes(data)
     except MalformedError as exc:
         return SessionCheck(malformed_result(exc))
     if outputs is not None and len(outputs) != len(session.receipts):
         return _reject(Reason.MALFORMED, None, f"{len(outputs)} outputs for {len(session.receipts)} receipts")
-    return check_session(
+    return check_session_evidence(
         session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
         signatures=signatures, consumer_policy=consumer_policy,
     )  # fmt: skip
@@ -511,7 +511,7 @@ def session_attribution(session: SessionEvidence, registry_sequence: int) -> Att
     return attribute(Path((*session.agent.envelopes, session.receipts[-1])), registry_sequence)
 
 
-def verify_session(
+def verify_session_evidence(
     session: SessionEvidence,
     outputs: Sequence[bytes | OutputDigest | None] | None = None,
     *,
@@ -525,14 +525,14 @@ def verify_session(
     request_id: str = "",
     consumer_policy: ConsumerPolicy | None = None,
 ) -> VerificationResult:
-    """:func:`check_session` (with ``consumer_policy``, step C: a session it refuses touches no state),
+    """:func:`check_session_evidence` (with ``consumer_policy``, step C: a session it refuses touches no state),
     then the durable state step: in accept mode every receipt's nonce and the
     agent path's edges are admitted all or nothing (:meth:`VerifierState.admit_session`); audit mode
     checks the edges and consumes nothing. The verdict carries the attribution of the session's last
     receipt once the check held (also on a state reject, as ``verify_path`` does). Raises
     :class:`countersign.errors.StateUnavailable` when the state cannot be reached, and ValueError for
     more receipts than the state admits at once (callers bound the request first)."""
-    check = check_session(
+    check = check_session_evidence(
         session, outputs, registry=registry, now_ms=now_ms, require_closed=require_closed, policy=policy,
         signatures=signatures, request_id=request_id, consumer_policy=consumer_policy,
     )  # fmt: skip

@@ -31,7 +31,7 @@ MAX_REQUEST_ID = 128  # characters; the same bound VerifyPath's request_id has
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
+class StoredGrant:
     """An open grant as the parent's signer stores it: one named child deployer may attach one child
     under the record ``parent`` (its digest) until ``expires_ms``. Once spent, ``manifest_digest`` is
     the edge it was spent on and ``parent_cosig`` the co-signature answered (JSON)."""
@@ -75,12 +75,16 @@ class Proposal:
 class RequestRecord:
     """A signing call answered under a runtime's ``request_id``: the call's fingerprint (what was asked,
     see :func:`request_fingerprint`) and its answer, kept until ``expires_ms``. A retry of the call under
-    the same id gets this answer back (spec 21.2)."""
+    the same id gets this answer back (spec 21.2).
+
+    ``record``: when the answer carries the path of a record issued in the same write, that record's
+    digest, and ``answer`` is kept without the path (it is kept once, with the record, not twice)."""
 
     request_id: str
     fingerprint: str
     answer: bytes
     expires_ms: int
+    record: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +156,7 @@ class StateView:
     issued: bytes | None = None
     child_count: int = 0
     session: SessionState | None = None
-    grant: Grant | None = None
+    grant: StoredGrant | None = None
     proposal: Proposal | None = None
     request: RequestRecord | None = None
 
@@ -169,7 +173,7 @@ class StateWrite:
     issued: tuple[IssuedRecord, ...] = ()
     child: NewChild | None = None
     session: SessionUpdate | None = None
-    new_grant: Grant | None = None
+    new_grant: StoredGrant | None = None
     spend: GrantSpend | None = None
     proposal: Proposal | None = None
     seal: ProposalSeal | None = None
@@ -210,14 +214,14 @@ class RequestReused:
     message: str = "request_id was already used for a different request"
 
 
-def earlier_answer(stored: RequestRecord | None, fingerprint: str) -> bytes | RequestReused | None:
-    """The answer a call gets back because it was answered before under its request id (a retry),
-    :class:`RequestReused` when that id answered another call, or None: decide it afresh."""
+def earlier_answer(stored: RequestRecord | None, fingerprint: str) -> RequestRecord | RequestReused | None:
+    """What a call gets back because it was answered before under its request id (a retry: the stored
+    answer), :class:`RequestReused` when that id answered another call, or None: decide it afresh."""
     if stored is None:
         return None
     if stored.fingerprint != fingerprint:
         return RequestReused()
-    return stored.answer
+    return stored
 
 
 # --- the reference semantics ----------------------------------------------------------------------
@@ -233,7 +237,7 @@ class SignerStateModel:
     children: dict[str, set[str]] = field(default_factory=dict)
     child_expiry: dict[str, int] = field(default_factory=dict)  # per parent: how long its slots are kept
     sessions: dict[tuple[str, str], tuple[SessionState, int]] = field(default_factory=dict)
-    grants: dict[str, Grant] = field(default_factory=dict)
+    grants: dict[str, StoredGrant] = field(default_factory=dict)
     proposals: dict[str, Proposal] = field(default_factory=dict)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
 

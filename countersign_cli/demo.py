@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path as FilePath
 from typing import TYPE_CHECKING
 
+from countersign._clock import now_ms
 from countersign.canonical import b64url_encode, sha256_digest
 from countersign.constructions import (
     EdgeProposal,
@@ -32,13 +33,12 @@ from countersign.keys import Signer
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import AgentRef, BindingScope, Construction, CoSignerRole, Envelope, OutputReceipt, Path
 from countersign.samples import SampleMesh
-from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
-from countersign_cli.offline import now_ms, render_tree
+from countersign.verify import Mode, verify_path
+from countersign_cli.common import EXIT_OK, EXIT_REJECTED, Commands, UsageError, render_tree
 
 if TYPE_CHECKING:
     from countersign.client import SignerClient, VerifierClient
     from countersign_cli.localmesh import LocalMesh
-from countersign.verify import Mode, verify_path
 
 DEPLOYERS = ("deployer-a", "deployer-b", "deployer-c")
 ROLES = ("planner", "researcher", "writer")
@@ -49,7 +49,7 @@ OUTPUTS = (
 )
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     demo = commands.add_parser("demo", help="run the local mesh demonstration (make demo)")
     demo.add_argument("--offline", action="store_true", help="in one process, without daemons")
     demo.add_argument(

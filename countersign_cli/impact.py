@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 from typing import Any
 
+from countersign._clock import now_ms
 from countersign.errors import MalformedError, VerificationError
 from countersign.impact import ImpactQuery, collect_impact, impact_query, report_json
+from countersign.plugins import described
 from countersign.state import DependencyKind
-from countersign_cli.main import EXIT_OK, UsageError
+from countersign_cli.common import EXIT_OK, Commands, UsageError, client_tls, iso, parse_time, verifier_refused
+from verifier.stores import STORE_FOR_SCHEME, StoreConfigError, open_store
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     impact = commands.add_parser(
         "impact",
         help="list the logged verdicts and records that relied on a key, record or deployer",
@@ -28,10 +30,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     what.add_argument("--deployer", metavar="NAME", help="records this deployer issued or co-signed")
     impact.add_argument("--since", metavar="T", help="only verdicts from T on: ms since the epoch, or ISO 8601")
     where = impact.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "--state",
-        help="the verifier's store URL: sqlite:///verifier.db (relative to here) or sqlite:////abs/verifier.db",
-    )
+    where.add_argument("--state", help=f"the verifier's store URL (its store_url): {described(STORE_FOR_SCHEME)}")
     where.add_argument("--verifier", help="host:port of a running verifier: ask its Impact RPC instead (mTLS)")
     impact.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
     impact.add_argument("--cert", default="", help="with --verifier: operator or client certificate (mTLS)")
@@ -43,18 +42,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def parse_since(text: str | None) -> int:
-    """Milliseconds since the epoch from ``--since``. Raises UsageError."""
-    if text is None:
-        return 0
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--since must be ms since the epoch or an ISO 8601 time, got {text!r}") from None
-    if moment.tzinfo is None:
-        raise UsageError(f"--since {text!r} needs a time zone (say Z for UTC)")
-    return int(moment.timestamp() * 1000)
+    """Milliseconds since the epoch from ``--since`` (0 when not given). Raises UsageError."""
+    return 0 if text is None else parse_time(text, "--since")
 
 
 def cmd_impact(args: argparse.Namespace) -> int:
@@ -69,14 +58,12 @@ def cmd_impact(args: argparse.Namespace) -> int:
     except MalformedError as exc:
         raise UsageError(str(exc)) from None
     report = ask_verifier(args, query) if args.verifier else read_store(args, query)
-    print(json.dumps(report, indent=2) if args.json else describe(report))
+    print(json.dumps(report, indent=2) if args.json else report_text(report))
     return EXIT_OK
 
 
 def read_store(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
     """The report from the verifier's store (``--mark`` flags there), as JSON."""
-    from verifier.stores import StoreConfigError, open_store
-
     try:
         refuse_a_missing_store(args.state)
         store = open_store(args.state)
@@ -88,7 +75,7 @@ def read_store(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
         report = collect_impact(store, query)
         if args.mark:
             cause = f"impact query {query.kind.value} {query.value} (command line)"
-            store.mark_needs_revalidation([v.entry for v in report.verdicts], cause, _now_ms())
+            store.mark_needs_revalidation([v.entry for v in report.verdicts], cause, now_ms())
             report = collect_impact(store, query)
     except VerificationError as exc:
         raise UsageError(f"state store unavailable (retry): {exc}") from None
@@ -161,7 +148,6 @@ def _refuse_a_missing_postgres_schema(url: str) -> None:
 def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]:
     """The verifier's Impact answer (``--mark`` flags there), as the report JSON ``--state`` prints."""
     from countersign.client import ServiceError, VerifierClient
-    from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
     try:
@@ -179,18 +165,10 @@ def ask_verifier(args: argparse.Namespace, query: ImpactQuery) -> dict[str, Any]
     return report_json(query, answer.records, answer.verdicts, answer.truncated)
 
 
-def _now_ms() -> int:
-    return int(datetime.now(UTC).timestamp() * 1000)
-
-
-def _time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def describe(report: dict[str, Any]) -> str:
+def report_text(report: dict[str, Any]) -> str:
     """The report (its JSON, from the store or from a verifier) for people."""
     query, records, verdicts = report["query"], report["records"], report["verdicts"]
-    since = f" since {_time(query['since_ms'])}" if query["since_ms"] else ""
+    since = f" since {iso(query['since_ms'])}" if query["since_ms"] else ""
     lines = [
         f"impact of {query['kind']} {query['value']}{since}: {len(records)} record(s) and "
         f"{len(verdicts)} verdict(s) NEEDS_REVALIDATION"
@@ -209,7 +187,7 @@ def describe(report: dict[str, Any]) -> str:
         flagged = f"  flagged: {verdict['cause']}" if verdict["marked_in_log"] else ""
         request = f" request {verdict['request_id']}" if verdict["request_id"] else ""
         lines.append(
-            f"  {verdict['verdict_id']}  {_time(verdict['time_ms'])}  {verdict['mode']} {verdict['result']}{request}"
+            f"  {verdict['verdict_id']}  {iso(verdict['time_ms'])}  {verdict['mode']} {verdict['result']}{request}"
             f"  {verdict['client'] or 'plaintext'}  records {', '.join(verdict['records'])}{flagged}"
         )
     return "\n".join(lines)

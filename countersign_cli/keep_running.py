@@ -51,7 +51,7 @@ def env_file(variables: dict[str, str], unset: tuple[str, ...] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def settings(mesh: LocalMesh, root: FilePath) -> dict[str, object]:
+def mesh_settings(mesh: LocalMesh, root: FilePath) -> dict[str, object]:
     """Every deployer's producer settings and the consumer's, as environment variables, with the
     registry file and the operator's public key: what ``mesh.json`` holds under ``settings``."""
     verifier = mesh.daemons["verifier-0"].address
@@ -85,7 +85,7 @@ def write_settings(mesh: LocalMesh, root: FilePath) -> dict[str, object]:
     (root / "operator.pub.json").write_text(
         json.dumps({"key_id": operator.key_id, "public_key": b64url_encode(operator.raw)}) + "\n"
     )
-    described = settings(mesh, root)
+    described = mesh_settings(mesh, root)
     producers = described["producers"]
     assert isinstance(producers, dict)
     for deployer, variables in producers.items():
@@ -98,7 +98,7 @@ def write_settings(mesh: LocalMesh, root: FilePath) -> dict[str, object]:
     return described
 
 
-def describe(mesh: LocalMesh, runtime: SignerClient, root: FilePath) -> dict[str, object]:
+def describe_mesh(mesh: LocalMesh, runtime: SignerClient, root: FilePath) -> dict[str, object]:
     """Write a fresh path to try, the settings and ``mesh.json`` (last: its presence says the mesh is
     ready); return what ``mesh.json`` holds."""
     tried = root / "try"
@@ -142,7 +142,7 @@ def print_settings(root: FilePath) -> None:
 
 def hold(mesh: LocalMesh, runtime: SignerClient, root: FilePath) -> None:
     """Describe the mesh, then wait for SIGINT or SIGTERM (the caller stops the mesh)."""
-    description = describe(mesh, runtime, root)
+    description = describe_mesh(mesh, runtime, root)
     command = description["verify_command"]
     assert isinstance(command, list)
     print("\nThe mesh keeps running (Ctrl-C or SIGTERM stops it).")

@@ -11,51 +11,11 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from countersign.errors import CountersignError
-from countersign.extras import DISTRIBUTION, install_command
-
-EXIT_OK = 0
-EXIT_REJECTED = 1
-EXIT_USAGE = 2
-EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process that SIGPIPE ended
-
-
-class UsageError(CountersignError):
-    """Bad arguments or unreadable input: exit 2 with this message."""
-
-
-Command = Callable[[argparse.Namespace], int]
-
-# The extra that brings each optional package: a command that needs one it lacks says which to install.
-EXTRA_OF_PACKAGE = {
-    "grpc": "grpc",
-    "grpc_status": "grpc",
-    "google": "grpc",
-    "cryptography": "grpc",
-    "grpc_health": "server",
-    "grpc_reflection": "server",
-    "prometheus_client": "server",
-    "psycopg": "postgres",
-    "psycopg_pool": "postgres",
-    "boto3": "aws",
-    "botocore": "aws",
-    "mcp": "mcp",
-    "mcp_types": "mcp",
-}
-DAEMON_COMMANDS = frozenset({"coordinator", "signer", "verifier"})
-
-
-def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
-    """What to install for ``command`` that failed to import an optional package ("the 'server'
-    extra (no module grpc): pip install ..."); None when the module is no optional package's (a bug)."""
-    extra = EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
-    if extra is None:
-        return None
-    if extra == "grpc" and command in DAEMON_COMMANDS:
-        extra = "server"  # the first module missing is gRPC's, but a daemon needs all of server
-    return f"the '{extra}' extra (no module {exc.name}): {install_command(extra)}"
+from countersign.extras import DISTRIBUTION
+from countersign_cli import audit, demo, impact, mcp_proxy, offline, report, services
+from countersign_cli.common import EXIT_BROKEN_PIPE, EXIT_USAGE, Command, UsageError, missing_extra
 
 
 def _version() -> str:
@@ -68,8 +28,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from countersign_cli import audit, demo, impact, mcp_proxy, offline, services
-
+    """The whole tree of commands; each command module adds its own."""
     parser = argparse.ArgumentParser(
         prog="countersign",
         description="Evidence for multi-agent delegation: output attestation and co-signed lineage.",
@@ -79,7 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     offline.register(commands)
     demo.register(commands)
     services.register(commands)
+    registry = commands.add_parser("registry", help="the admission registry")
+    registry_actions = registry.add_subparsers(dest="action", required=True, metavar="ACTION")
+    services.register_registry_actions(registry_actions)  # export, custody: ask a coordinator
+    audit.register_registry_actions(registry_actions)  # verify: an exported log, offline
     audit.register(commands)
+    report.register(commands)
     impact.register(commands)
     mcp_proxy.register(commands)
     _describe(parser)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from countersign.errors import ConfigError
-from countersign_cli.main import UsageError
+from countersign_cli.common import Commands, UsageError
 
 # Each setting: its flag (dest), its key in the --config file, and the environment variable the
 # runtime SDK reads it from (countersign.client.runtime).
@@ -34,7 +34,7 @@ LOOPBACK_ENV = "COUNTERSIGN_CLIENT_INSECURE_LOOPBACK"
 MAX_CONFIG_BYTES = 64 << 10
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     proxy = commands.add_parser(
         "mcp-proxy",
         help="run an MCP stdio server as a child and sign each tool result it returns",
@@ -110,7 +110,7 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("give the MCP server's command after --: countersign mcp-proxy -- COMMAND ARGS...")
-    from countersign.integrations.mcp import run_stdio_proxy
+    from countersign_cli.mcp_relay import run_stdio_proxy  # the SDK's client side: only when it runs
 
     environ, max_pending = proxy_environment(args, dict(os.environ))
     try:

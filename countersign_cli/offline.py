@@ -4,21 +4,40 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Any
 
-from countersign.errors import MalformedError, VerificationError
-from countersign.keys import Ed25519Signer
-from countersign.policy import MAX_POLICY_BYTES, ConsumerPolicy, PolicyError, parse_policy
-from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path, parse_json
-from countersign.registry import Registry
+from countersign._clock import now_ms
+from countersign.errors import MalformedError, ServiceError, VerificationError
+from countersign.plugins import described
+from countersign.policy import ConsumerPolicy
+from countersign.records import MAX_INPUT_BYTES, MAX_PATH_LENGTH, Construction, Path
 from countersign.samples import SampleMesh, cross_deployer_route, deployer_names
 from countersign.verify import DEFAULT_POLICY, MAX_CLOCK_SKEW_MS, Mode, VerifierPolicy, malformed_result, verify_path
-from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
+from countersign_cli.common import (
+    EXIT_OK,
+    EXIT_REJECTED,
+    MAX_OUTPUT_BYTES,
+    Commands,
+    UsageError,
+    add_registry_arguments,
+    add_time_and_log_arguments,
+    client_tls,
+    iso,
+    new_key_file,
+    read_bytes,
+    read_policy,
+    read_registry,
+    registry_from_args,
+    render_tree,
+    verification_time,
+    verifier_refused,
+    write_file,
+)
+from countersign_cli.progress import Progress, table
+from verifier.stores import STORE_FOR_SCHEME, StoreConfigError, open_store
 
 CLOCK_SKEW_HELP = (
     f"milliseconds the signers' clocks may be off when checking records' times (default {DEFAULT_POLICY.clock_skew_ms})"
@@ -27,13 +46,10 @@ CLOCK_SKEW_HELP = (
 if TYPE_CHECKING:
     from countersign.sessions import SessionEvidence
 
-MAX_OUTPUT_BYTES = 64 << 20
 MAX_SAMPLE_OUTPUTS = 10_000
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from countersign_cli import audit
-
+def register(commands: Commands) -> None:
     keygen = commands.add_parser("keygen", help="create an Ed25519 key file (mode 0600) and print its key_id")
     keygen.add_argument("--out", required=True, help="key file to create (refuses to overwrite)")
     keygen.set_defaults(handler=cmd_keygen)
@@ -62,10 +78,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument(
         "--state",
         default="memory:",
-        help="durable state URL: sqlite:///state.db (relative to here), sqlite:////abs/state.db, postgresql://…",
+        help=f"the verifier state that remembers consumed nonces (default memory:): {described(STORE_FOR_SCHEME)}",
     )
     verify.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
-    audit.add_time_and_log_arguments(verify)
+    add_time_and_log_arguments(verify)
     verify.add_argument(
         "--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms,
         help=CLOCK_SKEW_HELP,
@@ -93,44 +109,52 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sample_session.add_argument("--seed", help="derive keys from this seed (reproducible test material)")
     sample_session.set_defaults(handler=cmd_sample_session)
 
-    verify_session = commands.add_parser(
+    verify_session_parser = commands.add_parser(
         "verify-session", help="verify a session's receipts, in order, for its outputs; print one JSON verdict"
     )
-    verify_session.add_argument("--path", required=True, help="the path to the emitting agent (agent.json)")
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--path", required=True, help="the path to the emitting agent (agent.json)")
+    verify_session_parser.add_argument(
         "--receipts", required=True, help="a directory of receipt envelopes (*.json, in name order) or one JSON array"
     )
-    verify_session.add_argument(
+    verify_session_parser.add_argument(
         "--outputs",
         help="directory of outputs: <receipt file stem>.bin (or <position>.bin, 6 digits); absent: not checked",
     )
-    verify_session.add_argument("--registry", help="registry.json (required unless --verifier is given)")
-    verify_session.add_argument("--verifier", help="host:port of a verifier service: verify remotely (VerifySession)")
-    verify_session.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
-    verify_session.add_argument("--cert", default="", help="with --verifier: client certificate (mTLS)")
-    verify_session.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--registry", help="registry.json (required unless --verifier is given)")
+    verify_session_parser.add_argument(
+        "--verifier", help="host:port of a verifier service: verify remotely (VerifySession)"
+    )
+    verify_session_parser.add_argument("--ca", default="", help="with --verifier: CA certificate (mTLS)")
+    verify_session_parser.add_argument("--cert", default="", help="with --verifier: client certificate (mTLS)")
+    verify_session_parser.add_argument("--tls-key", default="", help="with --verifier: client private key (mTLS)")
+    verify_session_parser.add_argument(
         "--insecure-loopback", action="store_true", help="with --verifier: plaintext, loopback only"
     )
-    verify_session.add_argument("--closed", action="store_true", help="require the session's close receipt")
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--closed", action="store_true", help="require the session's close receipt")
+    verify_session_parser.add_argument(
         "--audit",
         action="store_true",
         help="consume nothing (with --verifier; offline nothing durable is consumed either way, and --audit "
         "only skips the check that no two receipts share a nonce, as a verifier's audit mode does)",
     )
-    verify_session.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
-    verify_session.add_argument("--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP)
-    verify_session.add_argument(
+    verify_session_parser.add_argument("--now-ms", type=int, help="verify as of this time (ms since the epoch)")
+    verify_session_parser.add_argument(
+        "--clock-skew-ms", type=int, default=DEFAULT_POLICY.clock_skew_ms, help=CLOCK_SKEW_HELP
+    )
+    verify_session_parser.add_argument(
         "--policy",
         help="consumer policy file (docs/spec.md section 16) applied to each receipt's path; with --verifier it "
         "is applied here, and a session it refuses is only audited (consumes nothing)",
     )
-    verify_session.set_defaults(handler=cmd_verify_session)
+    verify_session_parser.set_defaults(handler=cmd_verify_session)
 
     inspect = commands.add_parser("inspect", help="print a readable tree of a path (checks nothing unless --verify)")
     inspect.add_argument("path", help="path.json")
-    audit.add_inspect_arguments(inspect)
+    inspect.add_argument(
+        "--verify", action="store_true", help="check each signature against the registry, then print the verdict"
+    )
+    inspect.add_argument("--output", help="with --verify: the exact output bytes, so the verdict covers them")
+    add_registry_arguments(inspect)
     inspect.set_defaults(handler=cmd_inspect)
 
     conformance = commands.add_parser("conformance", help="run the mutation matrix and check the expected pattern")
@@ -148,73 +172,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     conformance.set_defaults(handler=cmd_conformance)
 
 
-# --- helpers ------------------------------------------------------------------------------------
-
-
-def read_bytes(location: str, what: str, limit: int, *, oversize_is_usage_error: bool = True) -> bytes:
-    """Read a whole file (at most ``limit`` + 1 bytes), or raise UsageError with a clear message.
-
-    A path file that is too large is still read (truncated) so that verification reports it as
-    MALFORMED, like any other bad path; other oversized inputs are usage errors.
-    """
-    try:
-        with open(location, "rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {location}: {exc.strerror}") from None
-    if len(data) > limit and oversize_is_usage_error:
-        raise UsageError(f"{what} {location} exceeds {limit} bytes")
-    return data
-
-
-def load_registry(location: str) -> Registry:
-    data = read_bytes(location, "registry", MAX_INPUT_BYTES)
-    try:
-        return Registry.from_json(parse_json(data))
-    except MalformedError as exc:
-        raise UsageError(f"{location} is not a valid registry: {exc}") from None
-
-
-def load_policy(location: str) -> ConsumerPolicy:
-    data = read_bytes(location, "policy", MAX_POLICY_BYTES)
-    try:
-        return parse_policy(data)
-    except PolicyError as exc:
-        raise UsageError(f"{location} is not a valid policy: {exc}") from None
-
-
-def write_file(location: FilePath, data: bytes, mode: int = 0o644) -> None:
-    fd = os.open(location, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 # --- commands -----------------------------------------------------------------------------------
-
-
-def new_key_file(location: str, what: str = "a key") -> Ed25519Signer:
-    """Generate a key and write it to a new 0600 key file; never overwrite one. Raises UsageError."""
-    from signer.backends.file import write_key_file
-
-    key = Ed25519Signer.generate()
-    try:
-        write_key_file(location, key)
-    except FileExistsError:
-        raise UsageError(f"{location} exists; refusing to overwrite {what}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot create {location}: {exc.strerror}") from None
-    return key
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -291,7 +249,7 @@ def _receipt_files(location: str) -> tuple[bytes | list[bytes], list[str] | None
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
-    from countersign.sessions import session_from_parts, verify_session
+    from countersign.sessions import session_from_parts, verify_session_evidence
     from countersign.state import InMemoryState
 
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
@@ -300,8 +258,8 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         raise UsageError("--registry and --now-ms verify offline, not with --verifier")
     if not args.verifier and not args.registry:
         raise UsageError("verify-session needs --registry (offline) or --verifier HOST:PORT")
-    registry = None if args.verifier else load_registry(args.registry)
-    consumer_policy = None if args.policy is None else load_policy(args.policy)
+    registry = None if args.verifier else read_registry(args.registry)
+    consumer_policy = None if args.policy is None else read_policy(args.policy)
     agent_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     receipts, names = _receipt_files(args.receipts)
     folder = None
@@ -324,7 +282,7 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
         # Offline, the state step (spec 17.4) runs against a fresh, empty state, as verify's memory:
         # store does for one path: a nonce two receipts share, or a delegation beyond max_children in
         # the agent path, is refused here as a verifier refuses it.
-        result = verify_session(
+        result = verify_session_evidence(
             session, outputs, registry=registry, state=InMemoryState(),
             mode=Mode.AUDIT if args.audit else Mode.ACCEPT,
             now_ms=args.now_ms if args.now_ms is not None else now_ms(), require_closed=args.closed,
@@ -343,8 +301,6 @@ def verify_session_remotely(
     """Ask a verifier service (VerifySession), ``consumer_policy`` applied here (spec 16.4); print the
     same verdict object as offline."""
     from countersign.client import VerifierClient
-    from countersign.errors import ServiceError
-    from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier), lanes=0)
     presented = None if all(o is None for o in outputs) else outputs
@@ -361,8 +317,6 @@ def verify_session_remotely(
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from verifier.stores import StoreConfigError, open_store
-
     path_bytes = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     output = read_bytes(args.output, "output", MAX_OUTPUT_BYTES)
     if not 0 <= args.clock_skew_ms <= MAX_CLOCK_SKEW_MS:
@@ -370,11 +324,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.verifier:
         if args.registry_log or args.at_evidence_time:
             raise UsageError("--registry-log and --at-evidence-time verify offline, not with --verifier")
-        return verify_remotely(args, path_bytes, output, None if args.policy is None else load_policy(args.policy))
-    from countersign_cli.audit import registry_from_args, verification_time
-
+        return verify_remotely(args, path_bytes, output, None if args.policy is None else read_policy(args.policy))
     registry = registry_from_args(args)
-    consumer_policy = None if args.policy is None else load_policy(args.policy)
+    consumer_policy = None if args.policy is None else read_policy(args.policy)
     policy = (
         VerifierPolicy.unsafe_allow_baselines(args.clock_skew_ms)
         if args.unsafe_allow_baselines
@@ -424,8 +376,6 @@ def verify_remotely(
     """Ask a verifier service, ``consumer_policy`` applied here (spec 16.4); print the same verdict
     object as offline verification."""
     from countersign.client import VerifierClient
-    from countersign.errors import ServiceError
-    from countersign_cli.services import client_tls, verifier_refused
 
     client = VerifierClient(args.verifier, client_tls(args, args.verifier))
     try:
@@ -445,48 +395,46 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except MalformedError as exc:
         raise UsageError(f"{args.path} is not a valid path: {exc}") from None
     if args.verify:
-        from countersign_cli.audit import inspect_verified
-
         return inspect_verified(args, path)
-    from countersign_cli.audit import refuse_verify_options
-
     refuse_verify_options(args)
     print(render_tree(path))
     print("\nnothing above was checked: no signature, link, key or time (inspect --verify, or verify, checks them)")
     return EXIT_OK
 
 
-def render_tree(path: Path) -> str:
-    """A readable tree: one line per record, edges marked local or cross-deployer (with co-signers)."""
-    root = path.envelopes[0].record
-    deployers = sorted({e.record.deployer for e in path.envelopes})
-    lines = [
-        f"path v{path.v} · {root.construction} · {len(path)} records · system {root.agent.system} · "
-        f"deployers {', '.join(deployers)}"
-    ]
-    for index, envelope in enumerate(path.envelopes):
-        record = envelope.record
-        indent = "   " * index
-        branch = "" if index == 0 else "└─ "
-        lines.append(
-            f"{indent}{branch}[{index}] {record.deployer} · {record.agent.instance} · depth {record.depth} · "
-            f"{record.event} · max_children {record.max_children} · expires {iso(record.expires_ms)}"
-        )
-        detail = indent + ("   " if index else "") + "   "
-        lines.append(f"{detail}key {record.key_id} · nonce {record.nonce}")
-        if index:
-            parent = path.envelopes[index - 1].record
-            if parent.deployer == record.deployer:
-                lines.append(f"{detail}edge: same deployer (local signature only)")
-            elif record.cosigs:
-                signers = " + ".join(f"{c.role} {c.deployer} ({c.key_id})" for c in record.cosigs)
-                lines.append(f"{detail}edge: cross-deployer, co-signed by {signers}")
-            else:
-                lines.append(f"{detail}edge: cross-deployer, not co-signed")
-        if record.output is not None:
-            out = record.output
-            lines.append(f"{detail}output {out.sha256} · {out.binding_scope} · session {out.session} · seq {out.seq}")
-    return "\n".join(lines)
+def refuse_verify_options(args: argparse.Namespace) -> None:
+    """Plain ``inspect`` checks nothing, so an option that only a check uses is a mistake, not a no-op."""
+    given = [name for name in ("output", "registry", "registry_log", "operator", "now_ms") if getattr(args, name)]
+    if given or args.at_evidence_time:
+        names = ", ".join("--" + n.replace("_", "-") for n in given) or "--at-evidence-time"
+        raise UsageError(f"{names} only make sense with --verify")
+
+
+def inspect_verified(args: argparse.Namespace, path: Path) -> int:
+    """The tree, one mark per signature, then the verdict (audit mode: nothing is consumed)."""
+    from countersign.export.marks import SignatureRole, signature_marks
+    from countersign.state import InMemoryState
+    from countersign.verify import verify_structure
+
+    registry = registry_from_args(args)
+    at = verification_time(args, path)
+    print(render_tree(path))
+    print("\nsignatures, each checked on its own against the registry (keys resolved at the record's creation):")
+    for mark in signature_marks(path, registry):
+        what = "signature" if mark.role is SignatureRole.PRIMARY else f"{mark.role} co-signature"
+        status = "verified" if mark.verified else "NOT verified"
+        line = f"  [{mark.index}] {status:<12} {what} by {mark.deployer} ({mark.key_id})"
+        print(line if mark.verified else f"{line}: {mark.problem}: {mark.detail}")
+    if args.output:
+        output = read_bytes(args.output, "output", MAX_OUTPUT_BYTES)
+        result = verify_path(path, output, registry=registry, state=InMemoryState(), mode=Mode.AUDIT, now_ms=at)
+        scope = "the path for the output"
+    else:
+        result = verify_structure(path, registry=registry, now_ms=at)
+        scope = "the path (output not checked: give --output)"
+    verdict = "ACCEPT" if result else f"REJECT {result.reason} at record {result.index}: {result.detail}"
+    print(f"\nverdict on {scope}, as of {iso(at)}, audit mode: {verdict}")
+    return EXIT_OK if result else EXIT_REJECTED
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
@@ -501,7 +449,6 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     if args.trials < 1 or args.session_trials < 1:
         raise UsageError("--trials and --session-trials must be at least 1")
-    from countersign_cli.progress import Progress, table
 
     total = len(Attack) * len(CONSTRUCTION_ORDER) + len(SessionAttack) * len(SESSION_CONSTRUCTIONS)
     progress = Progress("conformance", total)
@@ -575,7 +522,3 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             )
         )
     return EXIT_OK if not mismatches else EXIT_REJECTED
-
-
-def _stdout_is_tty() -> bool:
-    return sys.stdout.isatty()

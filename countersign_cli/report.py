@@ -19,13 +19,25 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any, Final
 
+from countersign._clock import now_ms
 from countersign.constructions import parent_link
 from countersign.errors import MalformedError
 from countersign.export.marks import SignatureMark, SignatureRole, signature_marks
 from countersign.reasons import VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Envelope, Path, parse_json
 from countersign.registry import Registry
-from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
+from countersign_cli.common import (
+    EXIT_OK,
+    EXIT_REJECTED,
+    MAX_OUTPUT_BYTES,
+    Commands,
+    UsageError,
+    add_registry_arguments,
+    iso,
+    optional_registry,
+    read_bytes,
+    verification_time,
+)
 
 NEEDS_REVALIDATION: Final = "NEEDS_REVALIDATION"
 MAX_SESSION_FILES: Final = 4096
@@ -39,9 +51,7 @@ MAX_SHOWN: Final = 72
 """Characters of one value drawn inside a box; the full value is in the box's tooltip and the table."""
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from countersign_cli.audit import add_registry_arguments
-
+def register(commands: Commands) -> None:
     report = commands.add_parser("report", help="write one self-contained HTML page of a path (SVG, no network)")
     report.add_argument("--path", required=True, help="path.json")
     report.add_argument("--output", help="the exact output bytes, so the verdict covers them")
@@ -597,8 +607,6 @@ def build_model(args: argparse.Namespace) -> ReportModel:
     """Read the inputs, verify when a registry is given, and assemble the page's model."""
     from countersign.state import InMemoryState
     from countersign.verify import Mode, malformed_result, verify_path, verify_structure
-    from countersign_cli.audit import optional_registry, verification_time
-    from countersign_cli.offline import MAX_OUTPUT_BYTES, iso, now_ms, read_bytes
 
     data = read_bytes(args.path, "path", MAX_INPUT_BYTES, oversize_is_usage_error=False)
     output = None if args.output is None else read_bytes(args.output, "output", MAX_OUTPUT_BYTES)

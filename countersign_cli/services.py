@@ -1,4 +1,5 @@
-"""Commands that run or talk to the daemons: serve, pki, operator, public-key, registry export."""
+"""Commands that run or talk to the daemons: serve, pki, public-key, operator, key, registry export and
+custody."""
 
 from __future__ import annotations
 
@@ -7,15 +8,28 @@ import contextlib
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from countersign._clock import now_ms
 from countersign.admission import AdmissionLog, SignedStatement, StatementKind, sign_statement
 from countersign.canonical import b64url_encode, canonicalize
 from countersign.errors import ConfigError, CountersignError, SignerError
 from countersign.keys import PublicKey, Signer
-from countersign_cli.main import EXIT_OK, EXIT_REJECTED, UsageError
+from countersign.plugins import described
+from countersign_cli.common import (
+    EXIT_OK,
+    EXIT_REJECTED,
+    Commands,
+    UsageError,
+    add_client_arguments,
+    client_tls,
+    load_key,
+    missing_extra,
+    new_key_file,
+)
+from countersign_cli.settings_help import epilog
+from signer.backends import SIGNER_FOR_URI_SCHEME
 
 # gRPC, TLS and the daemon plumbing are imported by the commands that use them, so that `countersign
 # --help` and the offline commands run on the core alone (`pip install countersign-mesh`, no extras).
@@ -23,8 +37,6 @@ if TYPE_CHECKING:
     from countersign._daemon.tls import PeerIdentity
     from countersign.checkpoint import SignedCheckpoint
     from countersign.client.operator import KnownHead
-    from countersign.client.tls import TlsConfig
-    from countersign.errors import ServiceError
 
 
 # What each admission statement does, in the operator's words (the statement kind is the wire name).
@@ -36,7 +48,7 @@ STATEMENT_WORDS = {
 }
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     for daemon in ("coordinator", "signer", "verifier"):
         group = commands.add_parser(daemon, help=f"the {daemon} daemon")
         actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -68,8 +80,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     issue.add_argument("--ip", action="append", default=[], help="extra IP address SAN (repeatable)")
     issue.set_defaults(handler=cmd_pki_issue)
 
-    public = commands.add_parser("public-key", help="print a signing key's key_id and public key (file: or awskms:)")
-    public.add_argument("--key", required=True, help="key URI or key file")
+    schemes = " or ".join(f"{scheme}:" for scheme in SIGNER_FOR_URI_SCHEME)
+    public = commands.add_parser("public-key", help=f"print a signing key's key_id and public key ({schemes})")
+    public.add_argument("--key", required=True, help=f"the key: {described(SIGNER_FOR_URI_SCHEME)}")
     public.set_defaults(handler=cmd_public_key)
 
     operator = commands.add_parser("operator", help="the operator's admission statements (signed offline)")
@@ -151,7 +164,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     key_endorse = key_actions.add_parser(
         "endorse", help="sign, with the deployer's current key, an endorsement of its next key (rotation)"
     )
-    key_endorse.add_argument("--signer-key", required=True, help="the CURRENT key (file: or awskms: URI, or a file)")
+    key_endorse.add_argument("--signer-key", required=True, help=f"the CURRENT key: {described(SIGNER_FOR_URI_SCHEME)}")
     key_endorse.add_argument("--deployer", required=True, help="the deployer whose old key endorses its new one")
     key_endorse.add_argument(
         "--new-public-key", required=True, metavar="B64URL",
@@ -170,9 +183,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_client_arguments(submit, "--coordinator")
     submit.set_defaults(handler=cmd_operator_submit)
 
-    registry = commands.add_parser("registry", help="the admission registry")
-    reg_actions = registry.add_subparsers(dest="action", required=True, metavar="ACTION")
-    export = reg_actions.add_parser("export", help="fetch, verify and write the log and the folded registry.json")
+
+def register_registry_actions(actions: Commands) -> None:
+    """``registry export`` and ``registry custody`` (main puts them beside ``registry verify``)."""
+    export = actions.add_parser("export", help="fetch, verify and write the log and the folded registry.json")
     export.add_argument(
         "--operator-public-key", required=True, metavar="B64URL",
         help="the pinned operator key; write --operator-public-key=KEY, since a key may begin with '-'",
@@ -180,7 +194,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     export.add_argument("--out", required=True, help="directory for registry-log.json and registry.json")
     add_client_arguments(export, "--coordinator")
     export.set_defaults(handler=cmd_registry_export)
-    custody = reg_actions.add_parser(
+    custody = actions.add_parser(
         "custody", help="print a deployer's chain of custody across key rotations (exit 1 if broken)"
     )
     custody.add_argument(
@@ -190,9 +204,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     custody.add_argument("--deployer", required=True, help="the deployer whose chain of keys to print")
     add_client_arguments(custody, "--coordinator")
     custody.set_defaults(handler=cmd_registry_custody)
-    from countersign_cli import audit  # registry verify: the offline check of an exported log
-
-    audit.register_registry_actions(reg_actions)
 
 
 HEAD_FILE_HELP = (
@@ -200,62 +211,6 @@ HEAD_FILE_HELP = (
     "the checkpoint loop, which vouches for no log without them (default: beside a file key, <key>.head.json; "
     "required with a KMS key)"
 )
-
-
-def add_client_arguments(parser: argparse.ArgumentParser, address_flag: str, *, required: bool = True) -> None:
-    parser.add_argument(address_flag, required=required, help="host:port")
-    parser.add_argument("--ca", default="", help="CA certificate (mTLS)")
-    parser.add_argument("--cert", default="", help="client certificate (mTLS)")
-    parser.add_argument("--tls-key", default="", help="client private key (mTLS)")
-    parser.add_argument("--insecure-loopback", action="store_true", help="plaintext, loopback only")
-
-
-def client_tls(args: argparse.Namespace, address: str) -> TlsConfig:
-    from countersign._daemon.config import parse_addresses
-    from countersign.client.tls import TlsConfig
-
-    tls = TlsConfig(ca=args.ca, cert=args.cert, key=args.tls_key, insecure_loopback=args.insecure_loopback)
-    try:
-        tls.validate("client")
-        parse_addresses(address, "address", tls)  # one, or replicas separated by commas
-    except ConfigError as exc:
-        raise UsageError(in_flag_words(str(exc))) from None
-    return tls
-
-
-# What a TLS setting is called on the command line (the config's words would send a user to a file).
-_FLAG_OF_SETTING = (
-    ("client: ", ""),
-    (" (or tls.ca_pem)", ""), (" (or tls.cert_pem)", ""), (" (or tls.key_pem)", ""),
-    ("tls.insecure_loopback", "--insecure-loopback"), ("tls.ca", "--ca"), ("tls.cert", "--cert"),
-    ("tls.key", "--tls-key"),
-)  # fmt: skip
-
-
-def in_flag_words(message: str) -> str:
-    """A TLS configuration message with each setting named by its command-line flag."""
-    for setting, flag in _FLAG_OF_SETTING:
-        message = message.replace(setting, flag)
-    return message
-
-
-def verifier_refused(args: argparse.Namespace, exc: ServiceError) -> UsageError:
-    """A verifier's refusal (or silence) as the command line reports it, with a transport hint when
-    it did not answer at all."""
-    unreachable = exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
-    hint = transport_hint(args.insecure_loopback, str(exc)) if unreachable else ""
-    return UsageError(f"verifier {args.verifier}: {exc.code}: {exc}{hint}")
-
-
-def transport_hint(insecure_loopback: bool, message: str) -> str:
-    """Why a daemon may not answer: nothing listens there, or plaintext and mTLS do not meet."""
-    if "Connection refused" in message:
-        return " (nothing is listening at that address)"
-    if insecure_loopback:
-        return " (is it serving mTLS? then give --ca, --cert and --tls-key instead of --insecure-loopback)"
-    return (
-        " (is it running, and serving mTLS with a certificate of this CA? a plaintext daemon needs --insecure-loopback)"
-    )
 
 
 def config_class(daemon: str) -> type[Any]:
@@ -279,9 +234,6 @@ def _list_settings_in_help(parser: argparse.ArgumentParser, daemon: str) -> None
     plain = parser.format_help
 
     def with_settings() -> str:
-        from countersign_cli.main import missing_extra
-        from countersign_cli.settings_help import epilog
-
         try:
             settings = config_class(daemon)
         except ModuleNotFoundError as exc:  # the daemon's own imports: the help still shows, and says so
@@ -403,16 +355,6 @@ def cmd_pki_issue(args: argparse.Namespace) -> int:
 # --- keys and the operator ---------------------------------------------------------------------
 
 
-def load_key(uri: str) -> Signer:
-    """The signer a key URI names, or a UsageError saying why it cannot be used."""
-    from signer.backends import load_signer
-
-    try:
-        return load_signer(uri)
-    except SignerError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def cmd_public_key(args: argparse.Namespace) -> int:
     signer = load_key(args.key)
     print(json.dumps({"key_id": signer.key_id, "public_key": b64url_encode(signer.public_key)}))
@@ -420,8 +362,6 @@ def cmd_public_key(args: argparse.Namespace) -> int:
 
 
 def cmd_operator_init(args: argparse.Namespace) -> int:
-    from countersign_cli.offline import new_key_file
-
     key = new_key_file(args.out, "the operator key")
     print(json.dumps({"key_id": key.key_id, "public_key": b64url_encode(key.public_key)}))
     return EXIT_OK
@@ -443,7 +383,7 @@ def cmd_operator_statement(args: argparse.Namespace) -> int:
         key_id = args.key_id
     at_ms = getattr(args, "at_ms", None)
     if at_ms is None and args.kind in (StatementKind.ENROL_DEPLOYER, StatementKind.ADD_KEY):
-        at_ms = time.time_ns() // 1_000_000  # valid from now: a new key vouches for nothing older
+        at_ms = now_ms()  # valid from now: a new key vouches for nothing older
     if at_ms is None and args.kind is StatementKind.RETIRE_KEY:
         raise UsageError("--at-ms is required for retire-key")
     if args.out:
@@ -550,7 +490,7 @@ def _sign_offline(
     log = AdmissionLog(PublicKey(operator.public_key)) if args.first else _read_log(args.log, operator)
     known = _known_head(args)
     statement = log.next_statement(
-        args.kind, args.deployer, key_id, issued_ms=time.time_ns() // 1_000_000, public_key=public_key,
+        args.kind, args.deployer, key_id, issued_ms=now_ms(), public_key=public_key,
         at_ms=at_ms, note=args.note,
     )  # fmt: skip
     signed = sign_statement(statement, operator)
@@ -595,7 +535,7 @@ def cmd_key_endorse(args: argparse.Namespace) -> int:
     old = load_key(args.signer_key)
     if old.key_id == new_key.key_id:
         raise UsageError("--new-public-key is the current key itself")
-    signed = endorse_key(old, args.deployer, new_key, time.time_ns() // 1_000_000)
+    signed = endorse_key(old, args.deployer, new_key, now_ms())
     Path(args.out).write_bytes(signed.to_bytes() + b"\n")
     print(json.dumps({"old_key_id": old.key_id, "new_key_id": new_key.key_id, "out": args.out}))
     return EXIT_OK

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from countersign.plugins import described
+
 # One line per setting; a key of a table is "table.key". Kept beside the configuration dataclasses by
-# tests/core/test_cli_help.py, which fails on a setting without a meaning here.
+# tests/core/test_cli_help.py, which fails on a setting without a meaning here or in plugin_meanings.
 MEANINGS = {
     "operator_public_key": "the pinned operator key (base64url); nothing else can admit a deployer",
     "listen": "gRPC address host:port (port 0 picks a free port)",
@@ -16,8 +18,6 @@ MEANINGS = {
     "log_level": "debug, info, warning or error; JSON lines on stderr",
     "max_workers": "handler threads for calls (0: two per usable CPU where that applies)",
     "heartbeat_ms": "heartbeat interval of the registry watch stream",
-    "log_store": "where the registry log lives: sqlite:///path, postgresql://...?schema=... or dynamodb://TABLE?region=R"
-    " (every coordinator replica names the same)",
     "coordinator": "host:port of the coordinator (the registry stream), or its replicas' separated by commas",
     "refresh_ms": "how often a coordinator reads what its replicas appended to the shared log_store",
     "commit_batch": "writes of concurrent calls that share one durable commit, at most (1: one commit per call)",
@@ -26,9 +26,6 @@ MEANINGS = {
     "staleness_ms": "past this long without a trusted registry update, refuse (signer) or REGISTRY_STALE (verifier)",
     "clock_skew_ms": "milliseconds other clocks may be off when checking records' times",
     "deployer": "this signer's deployer id",
-    "signer_key": "the signing key: file:/path/key.jwk (mode 0600) or awskms:<key>",
-    "state_url": "the signer's durable state: sqlite:///path (relative to the working directory),"
-    " postgresql://...?schema=... or dynamodb://TABLE?region=R; every replica of the deployer's signer names the same",
     "allowed_children": "deployers this one may delegate to (empty: none across deployers)",
     "max_depth": "deepest path this signer extends",
     "max_ttl_ms": "longest lifetime of a record it issues",
@@ -37,7 +34,6 @@ MEANINGS = {
     "cosign_timeout_ms": "how long a delegation waits on the parent's signer to co-sign",
     "lanes_per_peer": "lanes accepted from each peer signer and runtime connection, and opened to each parent",
     "lane_idle_ms": "a co-signing lane idle this long is closed",
-    "store_url": "the verifier's durable state: sqlite:///..., postgresql://... or dynamodb://table?region=...",
     "allow_baselines": "also accept NO-CHAIN, HASH-ONLY and NAIVE-SIG paths (comparison only; unsafe)",
     "collect_batch": "at most this many expired rows per table per collection transaction",
     "max_stream_chunks": "most output chunks one StreamReceipts call may send (more: RESOURCE_EXHAUSTED)",
@@ -67,6 +63,30 @@ MEANINGS = {
     "tls.key_pem": "the private key inline, instead of tls.key",
     "tls.insecure_loopback": "plaintext; refused unless every address is loopback",
 }
+
+
+def plugin_meanings() -> dict[str, str]:
+    """The settings that name a plug-in, each meaning read from its registry (countersign.plugins), so
+    that the help lists every scheme there is and the extra each needs. Imports the registries (light:
+    no plug-in is imported), so only when the help is shown."""
+    from coordinator.log_stores import LOG_STORE_FOR_SCHEME
+    from signer.backends import SIGNER_FOR_URI_SCHEME
+    from signer.stores import STATE_FOR_SCHEME
+    from verifier.stores import STORE_FOR_SCHEME
+
+    return {
+        "log_store": "where the registry log lives, the same for every coordinator replica: "
+        + described(LOG_STORE_FOR_SCHEME),
+        "signer_key": f"the signing key: {described(SIGNER_FOR_URI_SCHEME)}",
+        "state_url": "the signer's durable state, the same for every replica of the deployer's signer: "
+        + described(STATE_FOR_SCHEME),
+        "store_url": f"the verifier's durable state: {described(STORE_FOR_SCHEME)}",
+    }
+
+
+def meanings() -> dict[str, str]:
+    """What each setting means: :data:`MEANINGS` and :func:`plugin_meanings`."""
+    return {**MEANINGS, **plugin_meanings()}
 
 
 def settings(config_class: type[Any]) -> list[tuple[str, str, str]]:
@@ -109,9 +129,10 @@ def _shown(value: Any) -> str:
 
 def epilog(config_class: type[Any]) -> str:
     rows = settings(config_class)
+    meaning = meanings()
     width = max(len(name) for name, _, _ in rows)
     lines = ["settings (TOML keys; [table] keys as table.key; each also COUNTERSIGN_<KEY> in the environment):"]
     for name, _env, default in rows:
-        lines.append(f"  {name:<{width}}  {MEANINGS.get(name, '')} (default: {default})")
+        lines.append(f"  {name:<{width}}  {meaning.get(name, '')} (default: {default})")
     lines.append("More in docs/operations.md.")
     return "\n".join(lines)

@@ -28,11 +28,12 @@ from typing import Any, Generic, TypeVar
 import grpc
 import prometheus_client
 
+from countersign._clock import now_ms
 from countersign._daemon.config import parse_addresses, parse_operator_key
 from countersign._daemon.edge import refusal_error, servicer_edge, stream_edge
 from countersign._daemon.group_commit import GroupApply
 from countersign._daemon.lane_slots import LaneSlots
-from countersign._daemon.registry_follower import RegistryFollower, now_ms
+from countersign._daemon.registry_follower import RegistryFollower
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import sha256_digest
@@ -243,11 +244,19 @@ def _call(method: str, request: Any) -> Call:
 class Decided:
     """What a call decided from one view of the state: its ``answer`` (the serialised response), the
     ``write`` that makes it so (None: answer without writing, e.g. an edge co-signed before), and how
-    long its request id keeps the answer."""
+    long its request id keeps the answer. ``record``/``kept``: when the answer carries the path of the
+    record the write issues, that record's digest and the answer without the path, which is what the
+    request id keeps (the path is kept once, with the record)."""
 
     answer: bytes
     write: StateWrite | None = None
     expires_ms: int = 0
+    record: str = ""
+    kept: bytes = b""
+
+
+# How a kept answer gets its path back: the response without it, the path -> the response.
+Restore = Callable[[bytes, bytes], bytes]
 
 
 def _issue_answer(path: bytes, digest: str | None = None) -> bytes:
@@ -255,6 +264,26 @@ def _issue_answer(path: bytes, digest: str | None = None) -> bytes:
     if digest is None:
         digest = Path.from_bytes(path).leaf.digest()
     return signer_pb2.IssueResponse(path=path, record_digest=digest).SerializeToString()
+
+
+def _issued_decision(path: Path, data: bytes, write: StateWrite, expires_ms: int) -> Decided:
+    """A call that issues the record at the end of ``path``: answered with it; its request id keeps the
+    answer without the path (the record keeps that)."""
+    digest = path.leaf.digest()
+    kept = signer_pb2.IssueResponse(record_digest=digest).SerializeToString()
+    return Decided(_issue_answer(data, digest), write, expires_ms, digest, kept)
+
+
+def _restore_issued(kept: bytes, path: bytes) -> bytes:
+    answer = signer_pb2.IssueResponse.FromString(kept)
+    answer.path = path
+    return answer.SerializeToString()
+
+
+def _restore_chunk(kept: bytes, path: bytes) -> bytes:
+    answer = signer_pb2.ChunkReceipt.FromString(kept)
+    answer.path = path
+    return answer.SerializeToString()
 
 
 class SignerService(signer_pb2_grpc.SignerServicer):
@@ -312,30 +341,49 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         self._durable.observe(time.perf_counter() - started)
         return applied
 
-    def _signing(self, call: Call, reads: StateReads, decide: Callable[[StateView], Decided]) -> bytes:
+    def _signing(
+        self, call: Call, reads: StateReads, decide: Callable[[StateView], Decided], restore: Restore = _restore_issued
+    ) -> bytes:
         """Answer ``call``: its first answer if its request id was answered before; else read, decide
         and write, again from a fresh read when the write's state moved meanwhile, at most
         ``decide_attempts`` times (then STATE_CONFLICT, retryable: nothing was issued)."""
         assert reads.request == (call.request_id or None), "a call reads its own request id"
         for _ in range(self._config.decide_attempts):
             view = self._state.read(reads)
-            earlier = earlier_answer(view.request, call.fingerprint) if call.request_id else None
-            if isinstance(earlier, RequestReused):
-                raise _refuse(earlier.code, earlier.message)
+            earlier = self._earlier(call, view, restore)
             if earlier is not None:
-                self._metrics.retries_answered.labels(call.method).inc()
                 return earlier
             decided = decide(view)
             if decided.write is None:
                 return decided.answer
-            answered = RequestRecord(call.request_id, call.fingerprint, decided.answer, decided.expires_ms)
-            if self._commit(decided.write.answering(answered if call.request_id else None)):
+            answered = None
+            if call.request_id:
+                kept = decided.kept if decided.record else decided.answer
+                answered = RequestRecord(call.request_id, call.fingerprint, kept, decided.expires_ms, decided.record)
+            if self._commit(decided.write.answering(answered)):
                 return decided.answer
             self._metrics.conflicts.labels(call.method).inc()
         raise _refuse(
             ErrorCode.STATE_CONFLICT,
             f"the state this call needs was changed concurrently {self._config.decide_attempts} times; retry",
         )
+
+    def _earlier(self, call: Call, view: StateView, restore: Restore) -> bytes | None:
+        """The first answer of a call asked again under its request id (None: not answered before)."""
+        if not call.request_id:
+            return None
+        earlier = earlier_answer(view.request, call.fingerprint)
+        if isinstance(earlier, RequestReused):
+            raise _refuse(earlier.code, earlier.message)
+        if earlier is None:
+            return None
+        self._metrics.retries_answered.labels(call.method).inc()
+        if not earlier.record:
+            return earlier.answer
+        path = self._issued_path(earlier.record)
+        if path is None:  # the record it answered with has expired and been forgotten: nothing to give again
+            raise _refuse(ErrorCode.INVALID_ARGUMENT, "request_id answered a record that has expired")
+        return restore(earlier.answer, path)
 
     # --- reading the request and the state ------------------------------------------------------
 
@@ -416,7 +464,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
 
         def decide(view: StateView) -> Decided:
             path, data = self._sealed(fields, None)
-            return Decided(_issue_answer(data, path.leaf.digest()), root_write(path, data), fields.expires_ms)
+            return _issued_decision(path, data, root_write(path, data), fields.expires_ms)
 
         return self._issued("IssueRoot", self._signing(call, StateReads(request=call.key), decide))
 
@@ -436,19 +484,19 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         def decide(view: StateView) -> Decided:
             _check(fanout_refusal(parent_record, view.child_count))
             child, data = self._sealed(fields, parent)
-            write = local_child_write(parent, digest, child, data)
-            return Decided(_issue_answer(data, child.leaf.digest()), write, fields.expires_ms)
+            return _issued_decision(child, data, local_child_write(parent, digest, child, data), fields.expires_ms)
 
         reads = StateReads(children_of=digest, request=call.key)
         return self._issued("IssueLocalChild", self._signing(call, reads, decide))
 
     def _issue_receipt(
         self, call: Call, parent: Path, parent_digest: str, fields: RecordFields,
-        answer_of: Callable[[Path, bytes], bytes],
+        answer_of: Callable[[Path, bytes], bytes], restore: Restore = _restore_issued,
     ) -> bytes:  # fmt: skip
         """Sign the next receipt of its session under ``parent`` and move the session on, in one write:
         receipts spend no child slot (ADR 0018), only a place in their session. Answers ``answer_of``
-        the new path (for a retried close, the close receipt issued before)."""
+        the new path and its bytes (for a retried close, the close receipt issued before); ``restore``
+        puts the path back into an answer kept without it."""
         _check(local_child_refusal(self._policy, parent))
         _check(receipt_parent_refusal(parent.leaf.record))
         output = fields.output
@@ -467,9 +515,11 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             placed = replace(fields, output=positioned(output, position[0], position[1]))
             receipt, data = self._sealed(placed, parent)
             write = receipt_write(view.session, parent, parent_digest, receipt, data)
-            return Decided(answer_of(receipt, data), write, fields.expires_ms)
+            kept = answer_of(receipt, b"")  # without the path, which the record keeps
+            return Decided(answer_of(receipt, data), write, fields.expires_ms, receipt.leaf.digest(), kept)
 
-        return self._signing(call, StateReads(session=(parent_digest, output.session), request=call.key), decide)
+        reads = StateReads(session=(parent_digest, output.session), request=call.key)
+        return self._signing(call, reads, decide, restore)
 
     @staticmethod
     def _receipt_answer(path: Path, data: bytes) -> bytes:
@@ -580,7 +630,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
                     closed=close,
                 ).SerializeToString()  # fmt: skip
 
-            answer = signer_pb2.ChunkReceipt.FromString(self._issue_receipt(call, parent, digest, fields, answer_of))
+            issued = self._issue_receipt(call, parent, digest, fields, answer_of, _restore_chunk)
+            answer = signer_pb2.ChunkReceipt.FromString(issued)
             self._metrics.requests.labels("StreamReceipts", "OK").inc()
             return answer
 
@@ -666,15 +717,13 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         parent_cosig = self._ask_parent(request, parent_signers, proposal, child_cosig, parent_key)
         envelope = seal(replace(proposal.child, cosigs=(parent_cosig, child_cosig)), self._key)
         path = Path((*parent.envelopes, envelope))
-        data, digest = path.to_bytes(), envelope.digest()
+        data = path.to_bytes()
 
         def decide(view: StateView) -> Decided:
             sealed = None if view.proposal is None else view.proposal.sealed_path
             if sealed is not None:  # another replica sealed this very edge first (Ed25519: the same bytes)
                 return Decided(_issue_answer(sealed))
-            return Decided(
-                _issue_answer(data, digest), seal_write(request.grant_id, path, data), envelope.record.expires_ms
-            )
+            return _issued_decision(path, data, seal_write(request.grant_id, path, data), envelope.record.expires_ms)
 
         reads = StateReads(proposal=request.grant_id, request=call.key)
         answer = self._issued("AcceptDelegation", self._signing(call, reads, decide))
@@ -699,11 +748,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         reads = StateReads(proposal=request.grant_id, request=call.key)
         for _ in range(self._config.decide_attempts):
             view = self._state.read(reads)
-            earlier = earlier_answer(view.request, call.fingerprint) if call.request_id else None
-            if isinstance(earlier, RequestReused):
-                raise _refuse(earlier.code, earlier.message)
+            earlier = self._earlier(call, view, _restore_issued)
             if earlier is not None:
-                self._metrics.retries_answered.labels(call.method).inc()
                 return earlier
             if view.proposal is not None:
                 kept = view.proposal

@@ -15,11 +15,12 @@ from collections.abc import Iterator, Mapping, Sequence
 import grpc
 import prometheus_client
 
+from countersign._clock import now_ms
 from countersign._daemon.config import parse_addresses, parse_operator_key, validate_daemon, validate_follower
 from countersign._daemon.edge import servicer_edge, stream_edge
 from countersign._daemon.lane_slots import LaneSlots
 from countersign._daemon.limits import LimitsConfig
-from countersign._daemon.registry_follower import RegistryFollower, now_ms
+from countersign._daemon.registry_follower import RegistryFollower
 from countersign._daemon.server import usable_cpus
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
@@ -31,8 +32,13 @@ from countersign.prefix_cache import MAX_ENTRIES_LIMIT as MAX_PREFIX_CACHE_ENTRI
 from countersign.prefix_cache import PrefixCache
 from countersign.reasons import Attribution, Reason, VerificationResult
 from countersign.records import MAX_INPUT_BYTES, Path
-from countersign.sessions import MAX_SESSION_INPUT_BYTES, MAX_SESSION_RECEIPTS, SessionEvidence, SessionSummary
-from countersign.sessions import verify_session as core_verify_session
+from countersign.sessions import (
+    MAX_SESSION_INPUT_BYTES,
+    MAX_SESSION_RECEIPTS,
+    SessionEvidence,
+    SessionSummary,
+    verify_session_evidence,
+)
 from countersign.state import VerifierStore
 from countersign.verify import (
     DEFAULT_POLICY,
@@ -274,6 +280,7 @@ def session_response_message(
 class VerifierService(verifier_pb2_grpc.VerifierServicer):
     def __init__(
         self,
+        *,
         state: VerifierStore,
         follower: RegistryFollower,
         policy: VerifierPolicy,
@@ -479,7 +486,7 @@ class VerifierService(verifier_pb2_grpc.VerifierServicer):
                     )
                 else:
                     try:
-                        result = core_verify_session(
+                        result = verify_session_evidence(
                             session, outputs, registry=registry, state=self._state, mode=mode, now_ms=now_ms(),
                             require_closed=request.require_closed, policy=self._policy,
                             signatures=self._signatures, request_id=request_id, consumer_policy=consumer_policy,
@@ -548,12 +555,20 @@ class VerifierDaemon:
             enabled=config.verdict_log, retention_ms=config.verdict_retention_ms,
         )  # fmt: skip
         self.service = VerifierService(
-            self.state, self.follower, config.policy, self.metrics, config.lanes_per_client, config.max_lanes,
-            self.signatures, self.verdicts, self.verdict_log_metrics, not config.tls.insecure_loopback,
-            load_policies(config.policies),
-            PrefixCache(config.prefix_cache_entries) if config.prefix_cache_entries else None,
-            config.max_session_receipts,
-        )  # fmt: skip
+            state=self.state,
+            follower=self.follower,
+            policy=config.policy,
+            metrics=self.metrics,
+            lanes_per_client=config.lanes_per_client,
+            max_lanes=config.max_lanes,
+            signatures=self.signatures,
+            verdicts=self.verdicts,
+            verdict_log_metrics=self.verdict_log_metrics,
+            require_identity=not config.tls.insecure_loopback,
+            consumer_policies=load_policies(config.policies),
+            prefix_cache=PrefixCache(config.prefix_cache_entries) if config.prefix_cache_entries else None,
+            max_session_receipts=config.max_session_receipts,
+        )
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import grpc
 import prometheus_client
 
+from countersign._clock import now_ms
 from countersign._daemon.group_commit import GroupCommit
-from countersign._daemon.registry_follower import now_ms
 from countersign._daemon.tls import peer_identity
 from countersign._proto.v1 import verifier_pb2
 from countersign.errors import CountersignError, MalformedError, ServiceError, StateUnavailable

@@ -31,6 +31,7 @@ from pathlib import Path
 import grpc
 import prometheus_client
 
+from countersign._clock import now_ms
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import AdmissionError, AdmissionLog, SignedStatement
 from countersign.checkpoint import CheckpointError, SignedCheckpoint, check_served
@@ -41,10 +42,6 @@ from countersign.keys import PublicKey
 from countersign.registry import Registry
 
 log = logging.getLogger("countersign.registry")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class RegistryFollower:

@@ -26,7 +26,7 @@ Example (README.md, "Client SDK", run by tests/client/test_readme_example.py)::
         assert consumer.path(receipt, output)
 """
 
-from countersign.extras import install_command
+from countersign.extras import needs_extra
 
 try:  # the SDK's own dependencies: without them, say which extra brings them
     import cryptography  # noqa: F401
@@ -36,7 +36,7 @@ try:  # the SDK's own dependencies: without them, say which extra brings them
     import grpc_status  # noqa: F401
 except ModuleNotFoundError as missing:
     raise ModuleNotFoundError(
-        f"countersign.client needs the 'grpc' extra (no module {missing.name}): {install_command('grpc')}",
+        f"countersign.client needs {needs_extra('grpc', missing.name)}",
         name=missing.name,
     ) from None
 

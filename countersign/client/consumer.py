@@ -24,27 +24,26 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path as FilePath
 from types import TracebackType
 
+from countersign._clock import now_ms
 from countersign.client.failover import ReplicaOrder, RetryPolicy, aask_replicas, addresses_of, ask_replicas
 from countersign.client.tls import TlsConfig, tls_from_env
 from countersign.client.verifier import AsyncVerifierClient, VerifierClient, new_request_id
 from countersign.consumer import (
     EvidenceVerdict,
     SessionInput,
+    as_session_evidence,
     parse_registry,
-    session_evidence,
     verify_offline,
     verify_session_offline,
 )
 from countersign.errors import ConfigError
 from countersign.policy import ConsumerPolicy
 from countersign.reasons import Reason
-from countersign.records import Path
+from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.registry import Registry
 from countersign.state import InMemoryState, VerifierState
 from countersign.verify import DEFAULT_POLICY, OutputDigest, VerifierPolicy
@@ -55,17 +54,17 @@ ENV_REGISTRY = "COUNTERSIGN_REGISTRY"
 Outputs = Sequence[bytes | OutputDigest | None] | None
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def load_registry(location: str) -> Registry:
-    """The registry file at ``location`` (:func:`countersign.consumer.parse_registry` of its bytes).
-    Raises ConfigError when it cannot be read or is not a registry."""
+    """The registry file at ``location`` (:func:`countersign.consumer.parse_registry` of its bytes),
+    read to at most the input limit (spec 10). Raises ConfigError when it cannot be read, is larger,
+    or is not a registry."""
     try:
-        data = FilePath(location).read_bytes()
+        with open(location, "rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read the registry {location}: {exc.strerror}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ConfigError(f"the registry {location} exceeds {MAX_INPUT_BYTES} bytes")
     return parse_registry(data, location)
 
 
@@ -92,7 +91,7 @@ class Consumer:
     policy: str = ""
     state: VerifierState | None = None
     verifier_policy: VerifierPolicy = DEFAULT_POLICY
-    clock_ms: Callable[[], int] = wall_clock_ms
+    clock_ms: Callable[[], int] = now_ms
     lanes: int = 4
     # Online, with several verifier replicas: each check is asked at the first named replica that is up, then
     # the others in turn, under one request id (a retry is answered as the first attempt was).
@@ -139,7 +138,7 @@ class Consumer:
         consumer_policy: ConsumerPolicy | None = None,
         state: VerifierState | None = None,
         verifier_policy: VerifierPolicy = DEFAULT_POLICY,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> Consumer:
         """Check in this process against ``registry`` (a Registry, or a registry file). Raises ConfigError."""
         loaded = load_registry(registry) if isinstance(registry, str) else registry
@@ -210,7 +209,7 @@ class Consumer:
                 session, outputs, self.registry, now_ms=self.clock_ms(), audit=audit, require_closed=require_closed,
                 state=self.state, policy=self.verifier_policy, consumer_policy=self.consumer_policy,
             )  # fmt: skip
-        evidence, key = session_evidence(session), new_request_id()
+        evidence, key = as_session_evidence(session), new_request_id()
 
         def ask(client: VerifierClient, timeout_s: float) -> EvidenceVerdict:
             return client.verify_session(
@@ -244,7 +243,7 @@ class Consumer:
         """:meth:`session` on an event loop."""
         if self.registry is not None:
             return self.session(session, outputs, audit=audit, require_closed=require_closed)
-        evidence, key = session_evidence(session), new_request_id()
+        evidence, key = as_session_evidence(session), new_request_id()
 
         async def ask(client: AsyncVerifierClient, timeout_s: float) -> EvidenceVerdict:
             return await client.verify_session(

@@ -11,13 +11,13 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 
+from countersign._clock import now_ms
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import (
     AdmissionError,
@@ -46,11 +46,6 @@ from countersign.records import DIGEST_PATTERN
 
 log = logging.getLogger("countersign.operator")
 DEFAULT_CHECKPOINT_LIFETIME_MS = 60_000
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch (what statements and records carry)."""
-    return time.time_ns() // 1_000_000
 
 
 class KnownHead:

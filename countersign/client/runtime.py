@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
+from countersign import _clock
 from countersign.client.signer import AsyncSignerClient, ChunkReceipt, SignerClient
 from countersign.client.tls import TlsConfig, tls_from_env
 from countersign.errors import ConfigError, ErrorCode
@@ -47,10 +47,6 @@ from countersign.records import Path
 ENV_SIGNER = "COUNTERSIGN_SIGNER"
 ENV_DEPLOYER = "COUNTERSIGN_DEPLOYER"
 ENV_PUBLIC_SIGNER = "COUNTERSIGN_PUBLIC_SIGNER"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -73,7 +69,7 @@ def _handoff(delegation: Delegation | str, deployer: str, now_ms: int | None) ->
             ErrorCode.GRANT_WRONG_CHILD,
             f"the delegation is for {parsed.child_deployer}, and this runtime is {deployer}",
         )
-    now = _now_ms() if now_ms is None else now_ms
+    now = _clock.now_ms() if now_ms is None else now_ms
     if parsed.expired(now):
         raise HandoffError(
             ErrorCode.GRANT_EXPIRED, f"the delegation expired at {parsed.expires_ms} ms (now {now} ms): ask for another"

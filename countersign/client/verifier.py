@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
+from countersign._clock import now_ms
 from countersign._proto.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from countersign.client.lanes import Lanes, aio_unary, unary
 from countersign.client.results import ImpactAnswer
@@ -58,7 +58,7 @@ def _path_refusal(path: Path | bytes, consumer_policy: ConsumerPolicy | None) ->
             path = Path.from_bytes(path)
         except MalformedError:  # the verifier answers MALFORMED, consuming nothing
             return None
-    return presented_policy_refusal(path, consumer_policy, time.time_ns() // 1_000_000)
+    return presented_policy_refusal(path, consumer_policy, now_ms())
 
 
 def _session_refusal(
@@ -71,7 +71,7 @@ def _session_refusal(
             session = SessionEvidence.from_bytes(session)
         except MalformedError:
             return None
-    return session_policy_refusal(session, consumer_policy, 0, time.time_ns() // 1_000_000)
+    return session_policy_refusal(session, consumer_policy, 0, now_ms())
 
 
 def _refused(verdict: EvidenceVerdict, refusal: VerificationResult | None) -> EvidenceVerdict:

@@ -14,15 +14,46 @@ Audit views: :mod:`countersign.export.marks` (which signatures verify) and
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from functools import partial
+from typing import Final, Protocol
 
 from countersign.export.dsse import dsse_bundle, dsse_envelopes
 from countersign.export.errors import ExportError, ExtraMissing
 from countersign.export.intoto import DEFAULT_SUBJECT_NAME, PREDICATE_TYPE, statement, statement_bytes
-from countersign.export.provenance import PROV_FORMATS, prov_bytes, prov_document
+from countersign.export.provenance import prov_bytes, prov_document
+from countersign.plugins import Plugin, unknown
 from countersign.records import Path
 
-FORMATS: Final = ("dsse", "in-toto", *PROV_FORMATS)
+
+class Exporter(Protocol):
+    """Writes ``path`` in one format: ``output`` (the output's bytes, or None) and ``subject_name``
+    (the output's name) for a format that names the output."""
+
+    def __call__(self, path: Path, output: bytes | None, subject_name: str) -> bytes: ...
+
+
+def _dsse(path: Path, output: bytes | None, subject_name: str) -> bytes:
+    return dsse_bundle(path)
+
+
+def _in_toto(path: Path, output: bytes | None, subject_name: str) -> bytes:
+    return statement_bytes(path, output, subject_name=subject_name)
+
+
+def _prov(fmt: str, path: Path, output: bytes | None, subject_name: str) -> bytes:
+    return prov_bytes(path, fmt)
+
+
+# The export formats by name (countersign.plugins: ``countersign export --format`` reads it).
+EXPORTER_FOR_FORMAT: Final[Mapping[str, Plugin[Exporter]]] = {
+    "dsse": Plugin(_dsse, "dsse", "each record and co-signed edge as a DSSE envelope, spec 15.1"),
+    "in-toto": Plugin(_in_toto, "in-toto", "an in-toto Statement v1 naming the output, spec 15.2"),
+    "prov-json": Plugin(partial(_prov, "prov-json"), "prov-json", "W3C PROV-JSON, spec 15.3", "export"),
+    "prov-n": Plugin(partial(_prov, "prov-n"), "prov-n", "W3C PROV-N, spec 15.3", "export"),
+    "prov-o": Plugin(partial(_prov, "prov-o"), "prov-o", "W3C PROV-O in Turtle, spec 15.3", "export"),
+}
+FORMATS: Final = tuple(EXPORTER_FOR_FORMAT)
 
 
 def export_path(
@@ -34,20 +65,19 @@ def export_path(
     the in-toto Statement names the output, so only it needs them. Raises ExportError (ExtraMissing
     when an optional library is absent), ValueError for an unknown format.
     """
-    if fmt == "dsse":
-        return dsse_bundle(path)
-    if fmt == "in-toto":
-        return statement_bytes(path, output, subject_name=subject_name)
-    if fmt in PROV_FORMATS:
-        return prov_bytes(path, fmt)
-    raise ValueError(f"unknown export format {fmt!r}; one of {', '.join(FORMATS)}")
+    exporter = EXPORTER_FOR_FORMAT.get(fmt)
+    if exporter is None:
+        raise ValueError(unknown("export format", fmt, EXPORTER_FOR_FORMAT))
+    return exporter.make(path, output, subject_name)
 
 
 __all__ = [
     "DEFAULT_SUBJECT_NAME",
+    "EXPORTER_FOR_FORMAT",
     "FORMATS",
     "PREDICATE_TYPE",
     "ExportError",
+    "Exporter",
     "ExtraMissing",
     "dsse_bundle",
     "dsse_envelopes",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from countersign.errors import CountersignError
-from countersign.extras import install_command
 
 
 class ExportError(CountersignError):
@@ -12,6 +11,3 @@ class ExportError(CountersignError):
 
 class ExtraMissing(ExportError):
     """An optional library the format needs is not installed; the message names the extra."""
-
-
-EXPORT_EXTRA_HINT = install_command("export")

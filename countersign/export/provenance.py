@@ -20,7 +20,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from countersign.canonical import DIGEST_PREFIX
-from countersign.export.errors import EXPORT_EXTRA_HINT, ExtraMissing
+from countersign.export.errors import ExtraMissing
+from countersign.extras import needs_extra
 from countersign.records import Envelope, NodeRecord, Path
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ _PLAIN: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 def _import_prov() -> Any:
     try:
         import prov.model
-    except ImportError:
-        raise ExtraMissing(f"W3C PROV export needs the prov library: {EXPORT_EXTRA_HINT}") from None
+    except ImportError as exc:
+        raise ExtraMissing(f"W3C PROV export needs {needs_extra('export', exc.name)}") from None
     return prov.model
 
 
@@ -221,8 +222,8 @@ def _prov_o_turtle(doc: ProvDocument) -> str:
     try:
         from rdflib.graph import DATASET_DEFAULT_GRAPH_ID
         from rdflib.term import URIRef
-    except ImportError:
-        raise ExtraMissing(f"PROV-O export needs rdflib: {EXPORT_EXTRA_HINT}") from None
+    except ImportError as exc:
+        raise ExtraMissing(f"PROV-O export needs {needs_extra('export', exc.name)}") from None
     from prov.constants import PROV, PROV_N_MAP
     from prov.serializers.provrdf import ProvRDFSerializer
 

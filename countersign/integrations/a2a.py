@@ -31,6 +31,7 @@ object is built.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import types
 import uuid
@@ -63,7 +64,7 @@ MAX_RECEIPT_CHARS: Final = 64 * 1024
 
 def require_a2a() -> types.ModuleType:
     """The ``a2a.types`` module; ImportError naming the extra when a2a-sdk is not installed."""
-    return kit.require("a2a", EXTRA, "a2a.types")
+    return kit.require("a2a", EXTRA, lambda: importlib.import_module("a2a.types"))
 
 
 # --- the Agent Card --------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ never a framework.
 
 from __future__ import annotations
 
-import importlib
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -43,16 +42,16 @@ from countersign.verify import malformed_result
 # --- the framework, imported lazily -------------------------------------------------------------
 
 
-def require(integration: str, extra: str, *modules: str) -> types.ModuleType:
-    """Import ``modules`` (the first is returned) for ``countersign.integrations.<integration>``.
-    Raises ImportError naming ``extra`` (``pip install 'countersign-mesh[extra]'``) when one is missing."""
+def require(integration: str, extra: str, load: Callable[[], types.ModuleType]) -> types.ModuleType:
+    """``load()`` the framework module ``countersign.integrations.<integration>`` is built on (a function
+    that imports it by its literal name, so the house's import guard can follow it). Raises ImportError
+    naming ``extra`` (``pip install 'countersign-mesh[extra]'``) when it or what it needs is missing."""
     try:
-        loaded = [importlib.import_module(name) for name in modules]
+        return load()
     except ImportError as exc:
         raise ImportError(
-            f"countersign.integrations.{integration} needs {exc.name or modules[0]}: {install_command(extra)}"
+            f"countersign.integrations.{integration} needs {exc.name or integration}: {install_command(extra)}"
         ) from exc
-    return loaded[0]
 
 
 # --- the signed bytes ---------------------------------------------------------------------------

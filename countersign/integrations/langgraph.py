@@ -12,7 +12,7 @@ same-deployer child when the previous node ran on the same deployer, and otherwi
 delegation (the previous deployer's signer opens a grant, this deployer's signer obtains the parent's
 co-signature). A refusal fails closed: the node does not run and the error (a
 :class:`countersign.client.ServiceError` with its ``code``) leaves ``invoke``/``ainvoke``. After the
-function returns, its output (the state keys it wrote, encoded by :func:`output_bytes`) is signed as a
+function returns, its output (the state keys it wrote, encoded by :func:`state_output_bytes`) is signed as a
 receipt under that record. The graph's state carries the evidence under ``"countersign"``
 (:class:`Evidence`: the latest agent's path, every receipt in order, and a delegation waiting to be
 accepted when the graph was started by another deployer's handoff). A consumer checks the final state
@@ -30,6 +30,7 @@ Needs the ``langgraph`` extra (``pip install 'countersign-mesh[langgraph]'``); t
 
 import dataclasses
 import functools
+import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,9 +44,22 @@ from countersign.integrations.kit import AsyncMeshSigning, AsyncSigning, MeshSig
 from countersign.records import Path
 
 __all__ = [
-    "CHECKPOINT_TYPES", "EVIDENCE_KEY", "AsyncMeshSigning", "AsyncSigning", "Evidence", "EvidenceState", "MeshSigning",
-    "SignedOutput", "Signing", "StateVerdict", "averify_state", "merge_evidence", "output_bytes", "require_langgraph",
-    "signed_node", "verify_state",
+    "CHECKPOINT_TYPES",
+    "EVIDENCE_KEY",
+    "AsyncMeshSigning",
+    "AsyncSigning",
+    "Evidence",
+    "EvidenceState",
+    "MeshSigning",
+    "SignedOutput",
+    "Signing",
+    "StateVerdict",
+    "averify_state",
+    "merge_evidence",
+    "require_langgraph",
+    "signed_node",
+    "state_output_bytes",
+    "verify_state",
 ]  # fmt: skip
 
 EVIDENCE_KEY = "countersign"
@@ -54,7 +68,7 @@ EXTRA = "langgraph"
 
 def require_langgraph() -> Any:
     """The ``langgraph.types`` module; ImportError naming the extra when LangGraph is not installed."""
-    return kit.require("langgraph", EXTRA, "langgraph.types")
+    return kit.require("langgraph", EXTRA, lambda: importlib.import_module("langgraph.types"))
 
 
 # --- evidence in the graph's state --------------------------------------------------------------
@@ -165,7 +179,7 @@ class EvidenceState(TypedDict, total=False):
     countersign: Annotated[Evidence, merge_evidence]
 
 
-def output_bytes(output: Mapping[str, Any]) -> bytes:
+def state_output_bytes(output: Mapping[str, Any]) -> bytes:
     """The exact bytes a node's output is signed as: a single ``str`` value as UTF-8, a single
     ``bytes`` value as it is, anything else as RFC 8785 canonical JSON of the keys and values
     (:func:`countersign.integrations.kit.output_bytes`). Raises TypeError for values JSON cannot hold."""
@@ -248,7 +262,7 @@ def signed_node(
             agent = await asigning.agent(deployer, name, evidence.path, evidence.handoff)
             result = await fn(state, **kwargs)
             update, keys = _split(result, name, output_keys)
-            receipt = await asigning.receipt(deployer, agent, output_bytes({k: update[k] for k in keys}))
+            receipt = await asigning.receipt(deployer, agent, state_output_bytes({k: update[k] for k in keys}))
             return _with_evidence(result, update, Evidence.of(agent, (SignedOutput.of(name, keys, receipt),)))
 
         return async_signed
@@ -261,7 +275,7 @@ def signed_node(
         agent = ssigning.agent(deployer, name, evidence.path, evidence.handoff)
         result = fn(state, **kwargs)
         update, keys = _split(result, name, output_keys)
-        receipt = ssigning.receipt(deployer, agent, output_bytes({k: update[k] for k in keys}))
+        receipt = ssigning.receipt(deployer, agent, state_output_bytes({k: update[k] for k in keys}))
         return _with_evidence(result, update, Evidence.of(agent, (SignedOutput.of(name, keys, receipt),)))
 
     return sync_signed
@@ -288,7 +302,7 @@ def _outputs(state: object) -> list[tuple[SignedOutput, bytes, bytes]]:
         missing = [key for key in signed.keys if key not in values]
         if missing:
             raise KeyError(f"the state lacks {missing}, the output of {signed.node}")
-        checks.append((signed, signed.receipt_json, output_bytes({key: values[key] for key in signed.keys})))
+        checks.append((signed, signed.receipt_json, state_output_bytes({key: values[key] for key in signed.keys})))
     return checks
 
 

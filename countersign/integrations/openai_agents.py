@@ -34,6 +34,7 @@ naming the extra without it. Built on :mod:`countersign.integrations.kit`.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -51,7 +52,7 @@ EVIDENCE_KEY: Final = "countersign"
 
 def require_agents() -> Any:
     """The ``agents`` module (the OpenAI Agents SDK); ImportError naming the extra without it."""
-    return kit.require("openai_agents", EXTRA, "agents")
+    return kit.require("openai_agents", EXTRA, lambda: importlib.import_module("agents"))
 
 
 require_agents()
@@ -144,7 +145,7 @@ class RunEvidence:
         return next((signed for signed in reversed(self.receipts) if signed.call_id is None), None)
 
 
-def evidence_of(context: object) -> RunEvidence:
+def run_evidence_of(context: object) -> RunEvidence:
     """The :class:`RunEvidence` a run context carries (a mapping's :data:`EVIDENCE_KEY`, or the
     ``countersign`` attribute). Raises ConfigError when it carries none: a run is signed only with one."""
     found = context.get(EVIDENCE_KEY) if isinstance(context, Mapping) else getattr(context, EVIDENCE_KEY, None)
@@ -193,13 +194,13 @@ class SigningHooks(RunHooks[Any]):
         return deployer
 
     def _running(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> tuple[RunEvidence, Path]:
-        evidence = evidence_of(context.context)
+        evidence = run_evidence_of(context.context)
         if evidence.path is None or evidence.path.leaf.record.agent.instance != agent.name:
             raise ConfigError(f"agent {agent.name!r} emitted an output before it obtained its record")
         return evidence, evidence.path
 
     async def on_agent_start(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> None:
-        evidence = evidence_of(context.context)
+        evidence = run_evidence_of(context.context)
         deployer = self.deployer_of(agent)
         record = await _refusing(self.signing.agent(deployer, agent.name, evidence.path, evidence.handoff))
         evidence.path, evidence.handoff = record, None
@@ -275,7 +276,7 @@ def _final_read(evidence: RunEvidence, output: object) -> kit.ReadOutput:
 def _reads(result: RunResultBase) -> list[tuple[RunOutput, kit.ReadOutput]]:
     """Every output the consumer holds (each tool result item, then the final output), each with the
     read of its receipt and bytes. An output without a receipt reads as MALFORMED."""
-    evidence = evidence_of(result.context_wrapper.context)
+    evidence = run_evidence_of(result.context_wrapper.context)
     reads: list[tuple[RunOutput, kit.ReadOutput]] = []
     for item in result.new_items:
         if isinstance(item, ToolCallOutputItem):

@@ -27,10 +27,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from countersign.errors import SignerError, SignerUnavailable
+from countersign.extras import needs_extra
 from countersign.keys import SIGNATURE_LENGTH, PublicKey
-from signer.backends import register_scheme
 
-SCHEME: Final = "awskms"
 KEY_SPEC: Final = "ECC_NIST_EDWARDS25519"
 KEY_USAGE: Final = "SIGN_VERIFY"
 SIGNING_ALGORITHM: Final = "ED25519_SHA_512"
@@ -89,7 +88,7 @@ class MessageTooLarge(SignerError):
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class KmsRetryPolicy:
     """Retries of the backend around each KMS call, on top of botocore's own retries.
 
     A call is attempted at most ``attempts`` times, and only while the failure is retryable
@@ -153,7 +152,7 @@ class KmsKeyUri:
 
     key: str
     settings: ClientSettings = field(default_factory=ClientSettings)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: KmsRetryPolicy = field(default_factory=KmsRetryPolicy)
 
 
 # URI query parameter -> (object, field, converter)
@@ -200,7 +199,7 @@ def parse_uri(location: str) -> KmsKeyUri:
         if len(parts) == 6 and parts[2] == "kms" and parts[3]:
             values["settings"]["region"] = parts[3]
     settings = ClientSettings(**values["settings"])
-    retry = RetryPolicy(**values["retry"])
+    retry = KmsRetryPolicy(**values["retry"])
     return KmsKeyUri(key, settings, retry)
 
 
@@ -226,10 +225,8 @@ def new_kms_client(settings: ClientSettings) -> Any:
     try:
         import boto3
         import botocore.exceptions
-    except ImportError:
-        raise SignerError(
-            "the awskms key backend needs boto3: install the 'aws' extra (pip install 'countersign-mesh[aws]')"
-        ) from None
+    except ImportError as exc:
+        raise SignerError(f"the awskms key backend needs {needs_extra('aws', exc.name)}") from None
     try:
         session = boto3.session.Session(profile_name=settings.profile)
         return session.client("kms", endpoint_url=settings.endpoint_url, config=settings.botocore_config())
@@ -294,13 +291,13 @@ class AwsKmsSigner:
         client: Any,
         key: str,
         *,
-        retry: RetryPolicy | None = None,
+        retry: KmsRetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         uniform: Callable[[float, float], float] | None = None,
     ) -> None:
         self._client = client
         self.requested_key = key
-        self._retry = retry or RetryPolicy()
+        self._retry = retry or KmsRetryPolicy()
         self._sleep = sleep
         self._uniform = uniform or secrets.SystemRandom().uniform
         self._key_arn = key  # until GetPublicKey names the key
@@ -411,12 +408,6 @@ def _checked_public_key(requested: str, response: Mapping[str, Any]) -> tuple[st
     return arn, PublicKey(public.public_bytes_raw())
 
 
-def _factory(location: str) -> AwsKmsSigner:
-    return AwsKmsSigner.from_uri(location)
-
-
-register_scheme(SCHEME, _factory)
-
 __all__ = [
     "KEY_SPEC",
     "MAX_RAW_MESSAGE_BYTES",
@@ -424,8 +415,8 @@ __all__ = [
     "AwsKmsSigner",
     "ClientSettings",
     "KmsKeyUri",
+    "KmsRetryPolicy",
     "MessageTooLarge",
-    "RetryPolicy",
     "new_kms_client",
     "parse_uri",
     "typed_error",

@@ -13,11 +13,12 @@ a view, :meth:`SignerStateStore.apply` conditional writes, each whole or not at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Protocol
 from urllib.parse import urlsplit
 
 from countersign.errors import ConfigError
+from countersign.plugins import Plugin, open_plugin
 from countersign.signer_state import StateReads, StateView, StateWrite
 
 
@@ -70,35 +71,29 @@ def _sqlite(url: str) -> SignerStateStore:
 
 
 def _postgresql(url: str) -> SignerStateStore:
-    try:
-        from signer.stores.postgres import PostgresState
-    except ImportError as exc:
-        raise ConfigError(f"a PostgreSQL state_url needs the 'postgres' extra (psycopg): {exc}") from None
+    from signer.stores.postgres import PostgresState
+
     return PostgresState(url)
 
 
 def _dynamodb(url: str) -> SignerStateStore:
-    try:
-        from signer.stores.dynamodb import DynamoDbState
-    except ImportError as exc:
-        raise ConfigError(f"a DynamoDB state_url needs the 'aws' extra (boto3): {exc}") from None
+    from signer.stores.dynamodb import DynamoDbState
+
     return DynamoDbState(url)
 
 
-STATE_FOR_SCHEME: dict[str, Callable[[str], SignerStateStore]] = {
-    "memory": _memory,
-    "sqlite": _sqlite,
-    "postgresql": _postgresql,
-    "postgres": _postgresql,
-    "dynamodb": _dynamodb,
+_POSTGRESQL = Plugin(_postgresql, "postgresql://user@host/db?schema=NAME", "replicas across hosts", "postgres")
+# The signer's state stores by URL scheme (countersign.plugins: the command line's help and hints read it).
+STATE_FOR_SCHEME: Final[Mapping[str, Plugin[Callable[[str], SignerStateStore]]]] = {
+    "sqlite": Plugin(_sqlite, "sqlite:///path/signer.db", "replicas on one host share the file"),
+    "memory": Plugin(_memory, "memory:", "this process only: forgotten when it ends"),
+    "postgresql": _POSTGRESQL,
+    "postgres": _POSTGRESQL,
+    "dynamodb": Plugin(_dynamodb, "dynamodb://TABLE?region=R", "replicas across zones", "aws"),
 }
 
 
 def open_signer_state(url: str) -> SignerStateStore:
-    """Open the signer state a URL names. Raises ConfigError for an unknown or malformed URL, and
-    StateUnavailable when the store cannot be reached."""
-    scheme = urlsplit(url).scheme
-    factory = STATE_FOR_SCHEME.get(scheme)
-    if factory is None:
-        raise ConfigError(f"unknown state_url scheme {scheme!r}; known: {', '.join(sorted(STATE_FOR_SCHEME))}")
-    return factory(url)
+    """Open the signer state a URL names. Raises ConfigError for an unknown or malformed URL or a
+    missing extra, and StateUnavailable when the store cannot be reached."""
+    return open_plugin(STATE_FOR_SCHEME, urlsplit(url).scheme, url, kind="state_url scheme", error=ConfigError)

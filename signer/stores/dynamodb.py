@@ -13,7 +13,7 @@ pk                            sk                 attributes
 ``session#<agent digest>``    ``s#<session id>`` ``seq``, ``last_digest``, ``closed``, ``stream_unit``, ``stream_n``
 ``grant#<grant id>``          ``-``              ``parent``, ``child_deployer``, ``manifest_digest``, ``parent_cosig``
 ``proposal#<grant id>``       ``-``              ``parent``, ``child_record`` (B), ``child_cosig``, ``sealed_path`` (B)
-``request#<request id>``      ``-``              ``fingerprint``, ``answer`` (B)
+``request#<request id>``      ``-``              ``fingerprint``, ``answer`` (B), ``record``
 ============================  =================  ===========================================
 
 A read is one strongly consistent BatchGetItem. A write is one TransactWriteItems whose every part
@@ -51,13 +51,13 @@ from countersign.errors import MalformedError, StateUnavailable
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     Proposal,
     RequestRecord,
     SessionState,
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 
 MAX_BLOB_BYTES = 380_000  # below DynamoDB's 400 KB item limit, with room for the item's other attributes
@@ -265,7 +265,7 @@ class DynamoDbState:
         if (request := write.request) is not None:
             items.append(_new(table, _request_key(request.request_id), {
                 "fingerprint": {"S": request.fingerprint}, "answer": _blob(request.answer, "an answer"),
-                **_expiry(request.expires_ms),
+                **({"record": {"S": request.record}} if request.record else {}), **_expiry(request.expires_ms),
             }))  # fmt: skip
         return items
 
@@ -347,7 +347,7 @@ def _view(reads: StateReads, found: Mapping[str, Item]) -> StateView:
             name, agent, int(item["seq"]["N"]), item["last_digest"]["S"], bool(item["closed"]["BOOL"]), stream
         )
     if (item := found.get("grant")) is not None and reads.grant is not None:
-        grant = Grant(
+        grant = StoredGrant(
             reads.grant, item["parent"]["S"], item["child_deployer"]["S"], int(item["expires_ms"]["N"]),
             item.get("manifest_digest", {}).get("S"), item.get("parent_cosig", {}).get("S"),
         )  # fmt: skip
@@ -359,8 +359,9 @@ def _view(reads: StateReads, found: Mapping[str, Item]) -> StateView:
         )  # fmt: skip
     if (item := found.get("request")) is not None and reads.request is not None:
         request = RequestRecord(
-            reads.request, item["fingerprint"]["S"], bytes(item["answer"]["B"]), int(item["expires_ms"]["N"])
-        )
+            reads.request, item["fingerprint"]["S"], bytes(item["answer"]["B"]), int(item["expires_ms"]["N"]),
+            item.get("record", {}).get("S", ""),
+        )  # fmt: skip
     return StateView(
         issued=None if issued is None else bytes(issued["path"]["B"]),
         child_count=0 if count is None else int(count["n"]["N"]),

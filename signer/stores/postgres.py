@@ -24,13 +24,13 @@ from countersign._daemon.postgres import PostgresDatabase, load_migrations, pars
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     Proposal,
     RequestRecord,
     SessionState,
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 
 DEFAULT_SCHEMA = "countersign_signer"
@@ -131,25 +131,25 @@ def _write_json(write: StateWrite) -> dict[str, Any]:
     if (request := write.request) is not None:
         body["request"] = {
             "request_id": request.request_id, "fingerprint": request.fingerprint, "answer": _b64(request.answer),
-            "expires_ms": request.expires_ms,
+            "expires_ms": request.expires_ms, "record": request.record,
         }  # fmt: skip
     return body
 
 
 def _view(reads: StateReads, row: tuple[Any, ...]) -> StateView:
     (issued, child_count, s_seq, s_last, s_closed, s_unit, s_n, g_parent, g_child, g_expires, g_manifest, g_cosig,
-     p_parent, p_record, p_cosig, p_expires, p_sealed, r_fingerprint, r_answer, r_expires) = row  # fmt: skip
+     p_parent, p_record, p_cosig, p_expires, p_sealed, r_fingerprint, r_answer, r_expires, r_record) = row  # fmt: skip
     session = grant = proposal = request = None
     if reads.session is not None and s_seq is not None:
         stream = None if s_unit is None else (StreamUnit(s_unit), int(s_n))
         session = SessionState(reads.session[1], reads.session[0], int(s_seq), str(s_last), bool(s_closed), stream)
     if reads.grant is not None and g_parent is not None:
-        grant = Grant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
+        grant = StoredGrant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
     if reads.proposal is not None and p_parent is not None:
         sealed = None if p_sealed is None else bytes(p_sealed)
         proposal = Proposal(reads.proposal, str(p_parent), bytes(p_record), str(p_cosig), int(p_expires), sealed)
     if reads.request is not None and r_fingerprint is not None:
-        request = RequestRecord(reads.request, str(r_fingerprint), bytes(r_answer), int(r_expires))
+        request = RequestRecord(reads.request, str(r_fingerprint), bytes(r_answer), int(r_expires), str(r_record))
     return StateView(
         issued=None if issued is None else bytes(issued),
         child_count=0 if child_count is None else int(child_count),

@@ -21,13 +21,13 @@ from countersign.errors import ConfigError, StateUnavailable
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     Proposal,
     RequestRecord,
     SessionState,
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 
 LAYOUT_VERSION = 2
@@ -52,7 +52,7 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS proposals (grant_id TEXT PRIMARY KEY, parent TEXT NOT NULL, child_record BLOB NOT NULL,"
     " child_cosig TEXT NOT NULL, expires_ms INTEGER NOT NULL, sealed_path BLOB)",
     "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
-    " answer BLOB NOT NULL, expires_ms INTEGER NOT NULL)",
+    " answer BLOB NOT NULL, expires_ms INTEGER NOT NULL, record TEXT NOT NULL DEFAULT '')",
 )
 # What the collector finds expired rows by; made after the columns exist (an old file gains some).
 INDEXES = (
@@ -220,7 +220,7 @@ _READ = (
     " s.seq, s.last_digest, s.closed, s.stream_unit, s.stream_n,"
     " g.parent, g.child_deployer, g.expires_ms, g.manifest_digest, g.parent_cosig,"
     " p.parent, p.child_record, p.child_cosig, p.expires_ms, p.sealed_path,"
-    " r.fingerprint, r.answer, r.expires_ms"
+    " r.fingerprint, r.answer, r.expires_ms, r.record"
     " FROM (SELECT 1) LEFT JOIN agent_sessions s ON s.agent = ? AND s.session = ?"
     " LEFT JOIN grants g ON g.grant_id = ? LEFT JOIN proposals p ON p.grant_id = ?"
     " LEFT JOIN requests r ON r.request_id = ?"
@@ -230,7 +230,7 @@ _READ = (
 def _read(db: sqlite3.Connection, reads: StateReads) -> StateView:
     agent, name = reads.session or (None, None)
     (issued, child_count, s_seq, s_last, s_closed, s_unit, s_n, g_parent, g_child, g_expires, g_manifest, g_cosig,
-     p_parent, p_record, p_cosig, p_expires, p_sealed, r_fingerprint, r_answer, r_expires) = db.execute(
+     p_parent, p_record, p_cosig, p_expires, p_sealed, r_fingerprint, r_answer, r_expires, r_record) = db.execute(
         _READ, (reads.issued, reads.children_of, agent, name, reads.grant, reads.proposal, reads.request)
     ).fetchone()  # fmt: skip
     session = grant = proposal = request = None
@@ -241,12 +241,12 @@ def _read(db: sqlite3.Connection, reads: StateReads) -> StateView:
         else:
             session = _legacy_session(db, name)
     if reads.grant is not None and g_parent is not None:
-        grant = Grant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
+        grant = StoredGrant(reads.grant, str(g_parent), str(g_child), int(g_expires), g_manifest, g_cosig)
     if reads.proposal is not None and p_parent is not None:
         sealed = None if p_sealed is None else bytes(p_sealed)
         proposal = Proposal(reads.proposal, str(p_parent), bytes(p_record), str(p_cosig), int(p_expires), sealed)
     if reads.request is not None and r_fingerprint is not None:
-        request = RequestRecord(reads.request, str(r_fingerprint), bytes(r_answer), int(r_expires))
+        request = RequestRecord(reads.request, str(r_fingerprint), bytes(r_answer), int(r_expires), str(r_record))
     return StateView(
         None if issued is None else bytes(issued), int(child_count or 0), session, grant, proposal, request
     )
@@ -338,7 +338,7 @@ def _apply(db: sqlite3.Connection, write: StateWrite) -> bool:
         db.execute("UPDATE proposals SET sealed_path = ? WHERE grant_id = ?", (seal.path, seal.grant_id))
     if (request := write.request) is not None:
         db.execute(
-            "INSERT INTO requests (request_id, fingerprint, answer, expires_ms) VALUES (?, ?, ?, ?)",
-            (request.request_id, request.fingerprint, request.answer, request.expires_ms),
+            "INSERT INTO requests (request_id, fingerprint, answer, expires_ms, record) VALUES (?, ?, ?, ?, ?)",
+            (request.request_id, request.fingerprint, request.answer, request.expires_ms, request.record),
         )
     return True

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.store import LogConflict, LogStore, StoredCheckpoint, open_log_store
+from coordinator.log_stores import open_log_store
+from coordinator.store import LogConflict, LogStore, StoredCheckpoint
 from tests.stores.conftest import PostgresSchemas, dynamodb_url
 
 BACKENDS = [

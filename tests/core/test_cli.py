@@ -141,7 +141,7 @@ def test_garbage_registry_is_a_usage_error(sample: Path, tmp_path: Path, content
         "verify", "--path", str(sample / "path.json"), "--output", str(sample / "output.bin"), "--registry", str(bad)
     )
     assert result.returncode == 2
-    assert "not a valid registry" in result.stderr
+    assert "is not a registry" in result.stderr
     assert result.stdout == ""
 
 

@@ -11,7 +11,7 @@ import pytest
 from countersign.admission import StatementKind
 from countersign_cli.main import build_parser
 from countersign_cli.services import STATEMENT_WORDS, config_class
-from countersign_cli.settings_help import MEANINGS, settings
+from countersign_cli.settings_help import meanings, settings
 
 pytestmark = pytest.mark.offline
 
@@ -74,14 +74,15 @@ def test_serve_help_lists_every_setting_with_its_meaning_and_default(
     daemon: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = settings(config_class(daemon))
-    assert {name for name, _, _ in rows} <= set(MEANINGS), "a setting without a meaning in settings_help.MEANINGS"
+    meaning = meanings()
+    assert {name for name, _, _ in rows} <= set(meaning), "a setting without a meaning in settings_help"
     with pytest.raises(SystemExit):
         build_parser().parse_args([daemon, "serve", "--help"])
     text = capsys.readouterr().out
     for name, _env, default in rows:
         line = next((line for line in text.splitlines() if line.split()[:1] == [name]), None)
         assert line is not None, f"{daemon} serve --help does not list {name}"
-        assert MEANINGS[name] in line and f"(default: {default})" in line, line
+        assert meaning[name] in line and f"(default: {default})" in line, line
 
 
 def test_a_table_setting_is_listed_with_its_environment_variable() -> None:

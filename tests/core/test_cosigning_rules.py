@@ -15,10 +15,10 @@ from countersign.cosigning import (
     CONSTRUCTION,
     AgentRequest,
     EarlierAnswer,
-    Grant,
     ReceiptRequest,
     Refusal,
     SignerPolicy,
+    StoredGrant,
     delegation_parent_key,
     delegation_request_refusal,
     depth_limit,
@@ -247,7 +247,7 @@ class Spend:
         expires = NOW - self.late_by if self.expired else NOW + self.late_by - 1  # equal to now is in time
         parent = "sha256:" + "b" * 64 if self.wrong_parent else PARENT_DIGEST
         answer = ANSWER if self.spent_on is not None and self.answered else None
-        grant = Grant("grant-1", parent, OTHER if self.wrong_child else CHILD, expires, self.spent_on, answer)
+        grant = StoredGrant("grant-1", parent, OTHER if self.wrong_child else CHILD, expires, self.spent_on, answer)
         count = self.max_children + self.late_by - 1 if self.full else self.max_children - 1
         return spend_grant(
             None if self.missing else grant, child_deployer=CHILD, parent_digest=PARENT_DIGEST, manifest_digest=EDGE,
@@ -324,7 +324,7 @@ def test_a_grant_is_spent_once_and_a_retry_of_that_edge_gets_the_earlier_answer(
     """The store as the servicer keeps it: a spend writes the edge and the answer and takes a slot.
     Asked again, at any later time (expired or not), the same edge gets the first answer back and
     nothing is spent again; any other edge is GRANT_USED."""
-    grant, children, spent = Grant("grant-1", PARENT_DIGEST, CHILD, NOW + 600_000), 0, []
+    grant, children, spent = StoredGrant("grant-1", PARENT_DIGEST, CHILD, NOW + 600_000), 0, []
     for index, edge in enumerate(asks):
         now = NOW + (sorted(later)[index] if index else 0)
         decision = spend_grant(
@@ -378,7 +378,7 @@ def test_a_grant_opens_iff_the_child_is_allowed_everywhere_enrolled_and_within_t
     if broken:
         assert outcome == broken[0]
     else:
-        assert isinstance(outcome, Grant)
+        assert isinstance(outcome, StoredGrant)
         assert (outcome.grant_id, outcome.parent, outcome.child_deployer) == ("grant-1", parent.leaf.digest(), child)
         assert (outcome.manifest_digest, outcome.parent_cosig) == (None, None)  # open: not spent
 
@@ -391,7 +391,7 @@ def test_a_grant_lasts_its_ttl_or_the_longest_allowed_and_never_outlives_its_par
     now = parent.leaf.record.expires_ms - parent_left
     policy = replace(POLICY, max_grant_ttl_ms=max_grant_ttl)
     grant = open_grant(policy, parent, parent.leaf.digest(), CHILD, ttl_ms, MESH.registry, now, "grant-1")
-    assert isinstance(grant, Grant)
+    assert isinstance(grant, StoredGrant)
     assert grant.expires_ms == min(now + min(ttl_ms or max_grant_ttl, max_grant_ttl), parent.leaf.record.expires_ms)
 
 

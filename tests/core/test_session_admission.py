@@ -16,7 +16,7 @@ from countersign.policy import ConsumerPolicy, PolicyViolation, parse_policy
 from countersign.reasons import Attribution, Reason
 from countersign.records import Construction, Path
 from countersign.samples import SampleMesh
-from countersign.sessions import SessionEvidence, SessionSummary, verify_session
+from countersign.sessions import SessionEvidence, SessionSummary, verify_session_evidence
 from countersign.state import InMemoryState
 from countersign.verify import Mode, verify_path
 
@@ -47,8 +47,8 @@ def test_a_session_is_accepted_exactly_when_none_of_its_receipts_was_consumed(be
     for position in before:
         assert alone(position, state) is None
     held = state.entry_count()
-    result = verify_session(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW,
-                            require_closed=True)  # fmt: skip
+    result = verify_session_evidence(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT,
+                                     now_ms=NOW, require_closed=True)  # fmt: skip
     assert result.attribution is not None and result.attribution.emitter.seq == len(RECEIPTS) - 1
     if not before:
         assert result
@@ -64,11 +64,13 @@ def test_a_session_is_accepted_exactly_when_none_of_its_receipts_was_consumed(be
 def test_audit_consumes_nothing_and_the_summary_reads_the_session() -> None:
     state = InMemoryState()
     for _ in range(2):
-        assert verify_session(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.AUDIT, now_ms=NOW)
+        assert verify_session_evidence(
+            SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.AUDIT, now_ms=NOW
+        )
     assert state.entry_count() == 0
     assert SessionSummary.of(SESSION) == SessionSummary("chat", len(RECEIPTS), True)
     swapped = SessionEvidence(AGENT, (RECEIPTS[1], RECEIPTS[0], *RECEIPTS[2:]))
-    result = verify_session(swapped, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW)
+    result = verify_session_evidence(swapped, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW)
     assert (result.reason, result.index, result.attribution) == (Reason.SESSION_REORDERED, 0, None)
     assert state.entry_count() == 0
 
@@ -94,22 +96,24 @@ class RefuseReceipt(ConsumerPolicy):
 @pytest.mark.parametrize("seq", range(len(RECEIPTS)))
 def test_a_consumer_policy_refuses_the_session_at_its_first_refused_receipt_and_consumes_nothing(seq: int) -> None:
     state = InMemoryState()
-    result = verify_session(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW,
-                            consumer_policy=RefuseReceipt(seq))  # fmt: skip
+    result = verify_session_evidence(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT,
+                                     now_ms=NOW, consumer_policy=RefuseReceipt(seq))  # fmt: skip
     assert (result.reason, result.index) == (Reason.CONSUMER_POLICY_VIOLATION, seq)
     assert result.detail == f"path envelope {len(AGENT)}: refuse_receipt: receipt {seq}"
     assert result.attribution is not None and result.attribution.emitter.seq == len(RECEIPTS) - 1
     assert state.entry_count() == 0  # step C runs before the state: the same session can be accepted after
-    assert verify_session(SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW)
+    assert verify_session_evidence(
+        SESSION, PRESENTED, registry=MESH.registry, state=state, mode=Mode.ACCEPT, now_ms=NOW
+    )
 
 
 def test_require_closed_session_allows_a_closed_session_and_refuses_an_open_one_or_a_single_path() -> None:
     closed_only = parse_policy('{"v": 1, "policy": {"require_closed_session": true}}')
-    assert verify_session(SESSION, PRESENTED, registry=MESH.registry, state=InMemoryState(), mode=Mode.AUDIT,
-                          now_ms=NOW, consumer_policy=closed_only)  # fmt: skip
+    assert verify_session_evidence(SESSION, PRESENTED, registry=MESH.registry, state=InMemoryState(),
+                                   mode=Mode.AUDIT, now_ms=NOW, consumer_policy=closed_only)  # fmt: skip
     opened = SessionEvidence(AGENT, RECEIPTS[:-1])
-    refused = verify_session(opened, PRESENTED[:-1], registry=MESH.registry, state=InMemoryState(), mode=Mode.AUDIT,
-                             now_ms=NOW, consumer_policy=closed_only)  # fmt: skip
+    refused = verify_session_evidence(opened, PRESENTED[:-1], registry=MESH.registry, state=InMemoryState(),
+                                      mode=Mode.AUDIT, now_ms=NOW, consumer_policy=closed_only)  # fmt: skip
     assert (refused.reason, refused.index) == (Reason.CONSUMER_POLICY_VIOLATION, 0)
     # The close receipt shown alone is one path: it proves nothing of the receipts around it.
     close = Path((*AGENT.envelopes, RECEIPTS[-1]))

@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 from countersign.errors import MalformedError
 from countersign.records import Construction, Path, StreamUnit, parse_json
 from countersign.samples import SampleMesh
-from countersign.sessions import MAX_SESSION_INPUT_BYTES, SessionEvidence, check_session, check_session_bytes
+from countersign.sessions import (
+    MAX_SESSION_INPUT_BYTES,
+    SessionEvidence,
+    check_session_evidence,
+    check_session_evidence_bytes,
+)
 
 pytestmark = pytest.mark.offline
 
@@ -62,10 +67,12 @@ def same(data: bytes) -> None:
         assert a == b and a.to_bytes() == b.to_bytes()
         for x, y in zip(a.receipts, b.receipts, strict=True):
             assert x.record_json == y.record_json and x.record_bytes() == y.record_bytes()
-        verdicts = [check_session(s, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result for s in (a, b)]
+        verdicts = [
+            check_session_evidence(s, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result for s in (a, b)
+        ]
         assert verdicts[0] == verdicts[1]
         assert (
-            check_session_bytes(data, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result
+            check_session_evidence_bytes(data, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result
             == (verdicts[0])
         )
     else:
@@ -75,7 +82,7 @@ def same(data: bytes) -> None:
 def test_valid_sessions_parse_the_same_and_verify() -> None:
     for session in SESSIONS.values():
         same(session.to_bytes())
-        assert check_session_bytes(session.to_bytes(), registry=MESH.registry, now_ms=NOW_MS).result
+        assert check_session_evidence_bytes(session.to_bytes(), registry=MESH.registry, now_ms=NOW_MS).result
 
 
 @settings(max_examples=400, deadline=None)

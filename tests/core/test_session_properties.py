@@ -14,7 +14,7 @@ from countersign.constructions import seal
 from countersign.reasons import Reason, VerificationResult
 from countersign.records import AgentRef, Construction, Envelope, NodeRecord, Path, Policy
 from countersign.samples import SampleMesh
-from countersign.sessions import SessionEvidence, check_session
+from countersign.sessions import SessionEvidence, check_session_evidence
 from countersign.verify import DEFAULT_POLICY
 
 pytestmark = pytest.mark.offline
@@ -36,7 +36,7 @@ N = len(CLOSED)
 
 def verdict(receipts: Sequence[Envelope], *, closed: bool = True) -> VerificationResult:
     session = SessionEvidence(AGENT, tuple(receipts))
-    return check_session(session, registry=MESH.registry, now_ms=NOW_MS, require_closed=closed).result
+    return check_session_evidence(session, registry=MESH.registry, now_ms=NOW_MS, require_closed=closed).result
 
 
 def test_the_valid_session_and_its_open_prefixes_are_accepted() -> None:
@@ -113,16 +113,16 @@ def test_a_receipt_of_another_agent_is_an_agent_mismatch(at: int, taken: int, in
 def test_other_bytes_for_a_turn_are_an_output_mismatch(at: int, other: bytes) -> None:
     presented: list[bytes | None] = [*OUTPUTS, None]
     session = SessionEvidence(AGENT, CLOSED)
-    assert check_session(session, presented, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result
+    assert check_session_evidence(session, presented, registry=MESH.registry, now_ms=NOW_MS, require_closed=True).result
     if other == OUTPUTS[at]:
         return
     presented[at] = other
-    result = check_session(session, presented, registry=MESH.registry, now_ms=NOW_MS).result
+    result = check_session_evidence(session, presented, registry=MESH.registry, now_ms=NOW_MS).result
     assert (result.reason, result.index) == (Reason.SESSION_OUTPUT_MISMATCH, at)
 
 
 def test_an_accepted_session_admits_every_receipt_nonce_and_no_receipt_edge() -> None:
-    check = check_session(SessionEvidence(AGENT, CLOSED), registry=MESH.registry, now_ms=NOW_MS)
+    check = check_session_evidence(SessionEvidence(AGENT, CLOSED), registry=MESH.registry, now_ms=NOW_MS)
     assert check.admission is not None
     assert [leaf.index for leaf in check.admission.leaves] == list(range(N))
     assert len({leaf.nonce for leaf in check.admission.leaves}) == N

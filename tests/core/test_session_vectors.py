@@ -13,7 +13,12 @@ from countersign.errors import MalformedError
 from countersign.policy import parse_policy
 from countersign.reasons import Reason
 from countersign.registry import Registry
-from countersign.sessions import SessionEvidence, check_session_bytes, session_from_parts, verify_session
+from countersign.sessions import (
+    SessionEvidence,
+    check_session_evidence_bytes,
+    session_from_parts,
+    verify_session_evidence,
+)
 from countersign.state import InMemoryState
 from countersign.verify import Mode, VerifierPolicy, malformed_result
 
@@ -33,7 +38,7 @@ def _outputs(vector: dict[str, Any]) -> list[bytes | None]:
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_session_vector_verdict(case: FilePath) -> None:
     vector = json.loads(case.read_text())
-    check = check_session_bytes(
+    check = check_session_evidence_bytes(
         json.dumps(vector["session"]).encode(),
         _outputs(vector),
         registry=Registry.from_json(vector["registry"]),
@@ -77,7 +82,7 @@ def test_session_state_vector_verdict(case: FilePath) -> None:
     policy = VerifierPolicy(clock_skew_ms=vector["clock_skew_ms"])
 
     def verify(session: object, mode: Mode, outputs: list[bytes | None] | None = None) -> Any:
-        return verify_session(
+        return verify_session_evidence(
             SessionEvidence.from_json(session), outputs, registry=registry, state=state, mode=mode,
             now_ms=vector["now_ms"], require_closed=vector["require_closed"], policy=policy,
         )  # fmt: skip

@@ -32,8 +32,8 @@ from countersign.integrations.langgraph import (
     SignedOutput,
     averify_state,
     merge_evidence,
-    output_bytes,
     signed_node,
+    state_output_bytes,
     verify_state,
 )
 from countersign.policy import parse_policy
@@ -223,9 +223,9 @@ json_values = st.recursive(
 
 @given(st.dictionaries(st.text(min_size=1, max_size=8), json_values, min_size=2, max_size=4))
 def test_several_keys_are_signed_as_canonical_json(update: dict[str, Any]) -> None:
-    data = output_bytes(update)
+    data = state_output_bytes(update)
     assert json.loads(data) == update
-    assert output_bytes(dict(reversed(list(update.items())))) == data  # key order does not matter
+    assert state_output_bytes(dict(reversed(list(update.items())))) == data  # key order does not matter
 
 
 @given(st.text())
@@ -234,13 +234,13 @@ def test_a_single_text_output_is_its_utf8_bytes(text: str) -> None:
         expected = text.encode("utf-8")
     except UnicodeEncodeError:
         return  # lone surrogates are not text a model emits
-    assert output_bytes({"draft": text}) == expected
-    assert output_bytes({"draft": expected}) == expected
+    assert state_output_bytes({"draft": text}) == expected
+    assert state_output_bytes({"draft": expected}) == expected
 
 
 def test_values_json_cannot_hold_are_refused() -> None:
     with pytest.raises(TypeError, match="output_keys"):
-        output_bytes({"a": object(), "b": 1})
+        state_output_bytes({"a": object(), "b": 1})
 
 
 def test_an_async_graph_with_in_process_signing() -> None:

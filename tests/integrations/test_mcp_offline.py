@@ -191,8 +191,11 @@ def test_a_cancelled_call_frees_its_slot_and_its_late_answer_is_dropped() -> Non
 
     vector = json.loads((FilePath(__file__).parents[1] / "vectors" / "valid" / "linked-list.json").read_text())
     agent = Path.from_json(vector["presentation"]["path"])
-    session = binding.SessionSigner(binding._RuntimeHolder(None), "tools", "proxy-1", agent=agent)
-    proxy = binding.StdioProxy(session, max_pending=1)
+    from countersign.integrations.kit import LazyRuntime
+    from countersign_cli.mcp_relay import StdioProxy
+
+    session = binding.SessionSigner(LazyRuntime(None), "tools", "proxy-1", agent=agent)
+    proxy = StdioProxy(session, max_pending=1)
     child, replies = Sink(), []
 
     async def reply(line: bytes) -> None:

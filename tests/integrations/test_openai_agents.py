@@ -27,7 +27,7 @@ from countersign.integrations.openai_agents import (
     SignedItem,
     SigningHooks,
     averify_run,
-    evidence_of,
+    run_evidence_of,
     verify_run,
 )
 from countersign.reasons import Reason
@@ -147,7 +147,7 @@ def test_a_hand_off_between_deployers_is_co_signed_and_every_output_is_a_receipt
         return result
 
     result = with_runtimes(runtime_mesh, scenario)
-    evidence = evidence_of(result.context_wrapper.context)
+    evidence = run_evidence_of(result.context_wrapper.context)
     assert evidence.path is not None and evidence.handoff is None
     assert [e.record.deployer for e in evidence.path.envelopes] == ["deployer-a", "deployer-b"]
     assert [e.record.agent.instance for e in evidence.path.envelopes] == ["triage", "billing"]
@@ -170,7 +170,7 @@ def test_a_same_deployer_hand_off_is_a_local_child(runtime_mesh: LocalMesh) -> N
     async def scenario(runtimes: dict[str, AsyncRuntime]) -> RunResult:
         return await signed_run(triage, runtimes, {"triage": "deployer-b", "billing": "deployer-b"})
 
-    path = evidence_of(with_runtimes(runtime_mesh, scenario).context_wrapper.context).path
+    path = run_evidence_of(with_runtimes(runtime_mesh, scenario).context_wrapper.context).path
     assert path is not None and [len(e.record.cosigs) for e in path.envelopes] == [0, 0]
 
 
@@ -204,7 +204,7 @@ def test_a_run_started_by_another_deployers_handoff(runtime_mesh: LocalMesh) -> 
         )  # fmt: skip
 
     result = with_runtimes(runtime_mesh, scenario)
-    evidence = evidence_of(result.context_wrapper.context)
+    evidence = run_evidence_of(result.context_wrapper.context)
     assert evidence.handoff is None and evidence.path is not None  # spent by the first agent
     assert [e.record.agent.instance for e in evidence.path.envelopes] == ["coordinator", "billing"]
     verdict = verify_run(result, Consumer.offline(mesh_registry(runtime_mesh)))
@@ -266,7 +266,7 @@ def test_tampered_outputs_and_receipts_are_rejected(runtime_mesh: LocalMesh) -> 
 
     result = with_runtimes(runtime_mesh, scenario)
     registry = mesh_registry(runtime_mesh)  # a fresh offline consumer for each check below
-    evidence = evidence_of(result.context_wrapper.context)
+    evidence = run_evidence_of(result.context_wrapper.context)
     honest = list(evidence.receipts)
     second = next(i for i, signed in enumerate(honest) if signed.call_id == "call-2")  # parallel calls: either order
     evidence.receipts[second] = _rewritten(honest[second])

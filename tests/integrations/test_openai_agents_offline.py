@@ -33,8 +33,8 @@ from countersign.integrations.openai_agents import (
     SignedItem,
     SigningHooks,
     averify_run,
-    evidence_of,
     final_output_bytes,
+    run_evidence_of,
     tool_output_bytes,
     verify_run,
 )
@@ -130,7 +130,7 @@ def tool_items(result: RunResult) -> list[ToolCallOutputItem]:
 
 def test_each_tool_result_and_the_final_output_is_a_receipt_under_the_agent_that_emitted_it() -> None:
     result = run()
-    evidence = evidence_of(result.context_wrapper.context)
+    evidence = run_evidence_of(result.context_wrapper.context)
     assert [(s.agent, s.call_id) for s in evidence.receipts] == [
         ("billing", "call-1"), ("billing", "call-2"), ("billing", "call-3"), ("billing", None),
     ]  # fmt: skip
@@ -158,7 +158,7 @@ def test_each_tool_result_and_the_final_output_is_a_receipt_under_the_agent_that
 def test_a_structured_final_output_is_signed_as_canonical_json() -> None:
     result = run(structured=True)
     assert isinstance(result.final_output, Refund)
-    final = evidence_of(result.context_wrapper.context).final
+    final = run_evidence_of(result.context_wrapper.context).final
     assert final is not None and final.receipt.leaf.record.output is not None
     expected = hashlib.sha256(b'{"amount":42,"invoice":"A7"}').hexdigest()
     assert final.receipt.leaf.record.output.sha256 == "sha256:" + expected
@@ -174,7 +174,7 @@ def test_a_changed_tool_result_or_final_output_is_rejected_and_an_unsigned_one_i
         ("call-1", Reason.OUTPUT_MISMATCH), (None, Reason.OUTPUT_MISMATCH),
     ]  # fmt: skip
     # A receipt taken out of the evidence: the output it signed is now unsigned, MALFORMED, never accepted.
-    evidence = evidence_of(result.context_wrapper.context)
+    evidence = run_evidence_of(result.context_wrapper.context)
     evidence.receipts[:] = [signed for signed in evidence.receipts if signed.call_id != "call-2"]
     assert [(o.call_id, v.reason) for o, v in verify_run(result, consumer()).outputs][1] == ("call-2", Reason.MALFORMED)
     # A receipt whose bytes are cut short: MALFORMED too.
@@ -193,7 +193,7 @@ def test_a_context_without_evidence_stops_the_run_before_any_model_call() -> Non
             )
         assert billing_model.calls == ()
     with pytest.raises(ConfigError, match="RunEvidence"):
-        evidence_of(object())
+        run_evidence_of(object())
 
 
 def test_an_agent_no_deployer_hosts_stops_the_run_before_its_model_is_called() -> None:
@@ -219,7 +219,7 @@ def test_a_reused_context_carries_on_from_the_last_agent() -> None:
     context = {EVIDENCE_KEY: RunEvidence()}
     run(context=context)
     second = run(context=context)
-    path = evidence_of(second.context_wrapper.context).path
+    path = run_evidence_of(second.context_wrapper.context).path
     assert path is not None and [e.record.agent.instance for e in path.envelopes] == ["triage", "billing"] * 2
     assert verify_run(second, consumer())  # this run's outputs, found by call id and the latest final receipt
 

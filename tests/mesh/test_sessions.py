@@ -13,7 +13,7 @@ from countersign.keys import PublicKey
 from countersign.reasons import Reason
 from countersign.records import StreamUnit
 from countersign.registry import KeyEntry, Registry
-from countersign.sessions import SessionEvidence, check_session
+from countersign.sessions import SessionEvidence, check_session_evidence
 from countersign_cli.localmesh import LocalMesh
 from tests.mesh.helpers import children_of, now_ms, service_error, sha256
 
@@ -57,10 +57,10 @@ def test_restart_neither_reuses_a_seq_nor_reopens_a_closed_session(make_mesh: Ca
     registry = _registry(mesh)
     session = SessionEvidence(agent, tuple(receipts))
     outputs: list[bytes | None] = [*turns, None]
-    verdict = check_session(session, outputs, registry=registry, now_ms=now_ms(), require_closed=True).result
+    verdict = check_session_evidence(session, outputs, registry=registry, now_ms=now_ms(), require_closed=True).result
     assert verdict, verdict
     reordered = SessionEvidence(agent, (receipts[1], receipts[0], *receipts[2:]))
-    result = check_session(reordered, registry=registry, now_ms=now_ms()).result
+    result = check_session_evidence(reordered, registry=registry, now_ms=now_ms()).result
     assert (result.reason, result.index) == (Reason.SESSION_REORDERED, 0)
 
 
@@ -78,9 +78,9 @@ def test_streamed_chunks_chain_and_close(make_mesh: Callable[..., LocalMesh]) ->
     outputs: list[bytes | None] = [data[0:8], data[8:16], data[16:], None]
     session = SessionEvidence(agent, tuple(c.path.leaf for c in chunks))
     registry = _registry(mesh)
-    assert check_session(session, outputs, registry=registry, now_ms=now_ms(), require_closed=True).result
+    assert check_session_evidence(session, outputs, registry=registry, now_ms=now_ms(), require_closed=True).result
     partial = SessionEvidence(agent, session.receipts[:2])  # delivered up to the second chunk
-    assert check_session(partial, outputs[:2], registry=registry, now_ms=now_ms()).result
+    assert check_session_evidence(partial, outputs[:2], registry=registry, now_ms=now_ms()).result
     assert service_error(lambda: a.receipt(agent, sha256(b"x"), session="stream")).code == "SESSION_CLOSED"
 
     # Tokens: the runtime counts; a piece that straddles a chunk boundary is refused.

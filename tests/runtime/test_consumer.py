@@ -20,11 +20,12 @@ from countersign.client import (
     ServiceError,
     TlsConfig,
     VerifierClient,
+    load_registry,
 )
 from countersign.errors import ConfigError, PathRejected
 from countersign.policy import parse_policy
 from countersign.reasons import Reason
-from countersign.records import Path
+from countersign.records import MAX_INPUT_BYTES, Path
 from countersign.registry import Registry
 from countersign.sessions import SessionEvidence
 from countersign.state import InMemoryState
@@ -290,6 +291,16 @@ def test_a_registry_that_is_not_one_is_a_config_error(tmp_path: typing.Any) -> N
     bad.write_text('{"deployers": 3}')
     with pytest.raises(ConfigError, match="is not a registry"):
         Consumer.offline(str(bad))
+
+
+@pytest.mark.offline
+def test_a_registry_file_is_read_to_the_input_limit_and_no_further(tmp_path: typing.Any) -> None:
+    """A registry file is bounded as the command line bounds it (spec 10): a larger file is refused
+    without being read whole (it was read whole and parsed before)."""
+    big = tmp_path / "registry.json"
+    big.write_bytes(b" " * MAX_INPUT_BYTES + b"{}")
+    with pytest.raises(ConfigError, match=f"exceeds {MAX_INPUT_BYTES} bytes"):
+        load_registry(str(big))
 
 
 @pytest.mark.daemons

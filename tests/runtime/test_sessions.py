@@ -11,7 +11,7 @@ import pytest
 
 from countersign.client import ChunkReceipt, ClosedSession, ErrorCode, Runtime, ServiceError
 from countersign.records import Path, StreamUnit
-from countersign.sessions import SessionEvidence, check_session
+from countersign.sessions import SessionEvidence, check_session_evidence
 from countersign_cli.localmesh import LocalMesh
 from tests.runtime.conftest import async_runtime, mesh_registry
 
@@ -23,7 +23,9 @@ Make = Callable[[str], Runtime]
 def _check(mesh: LocalMesh, agent: Path, receipts: list[Path], outputs: list[bytes | None], closed: bool) -> object:
     session = SessionEvidence(agent, tuple(r.leaf for r in receipts))
     now = int(time.time() * 1000)
-    return check_session(session, outputs, registry=mesh_registry(mesh), now_ms=now, require_closed=closed).result
+    return check_session_evidence(
+        session, outputs, registry=mesh_registry(mesh), now_ms=now, require_closed=closed
+    ).result
 
 
 def test_a_closed_session_commits_to_its_count_and_refuses_more(runtime: Make, runtime_mesh: LocalMesh) -> None:

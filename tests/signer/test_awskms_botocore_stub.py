@@ -28,8 +28,8 @@ from signer.backends.awskms import (
     MAX_RAW_MESSAGE_BYTES,
     AwsKmsSigner,
     ClientSettings,
+    KmsRetryPolicy,
     MessageTooLarge,
-    RetryPolicy,
 )
 
 pytestmark = pytest.mark.offline
@@ -43,7 +43,7 @@ def make_signer(kms: Any, sleeps: list[float], attempts: int = 3, key: str = ALI
     return AwsKmsSigner(
         kms.client,
         key,
-        retry=RetryPolicy(attempts=attempts, base_backoff_s=0.05, max_backoff_s=1.0),
+        retry=KmsRetryPolicy(attempts=attempts, base_backoff_s=0.05, max_backoff_s=1.0),
         sleep=sleeps.append,
     )
 
@@ -445,7 +445,7 @@ def test_uri_parsing(location: str, key: str, region: str | None, endpoint: str 
 
 def test_uri_retry_parameters() -> None:
     uri = awskms.parse_uri("alias/a?attempts=4&backoff_ms=20&max_backoff_ms=400&sdk_max_attempts=1")
-    assert uri.retry == RetryPolicy(attempts=4, base_backoff_s=0.02, max_backoff_s=0.4)
+    assert uri.retry == KmsRetryPolicy(attempts=4, base_backoff_s=0.02, max_backoff_s=0.4)
     assert uri.settings.sdk_max_attempts == 1
 
 

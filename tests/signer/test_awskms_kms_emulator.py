@@ -13,7 +13,7 @@ import pytest
 
 from countersign.errors import SignerError
 from signer.backends import load_signer
-from signer.backends.awskms import AwsKmsSigner, ClientSettings, RetryPolicy, new_kms_client
+from signer.backends.awskms import AwsKmsSigner, ClientSettings, KmsRetryPolicy, new_kms_client
 
 pytestmark = pytest.mark.daemons  # moto in server mode, a process on loopback
 
@@ -48,7 +48,7 @@ def test_unknown_key_is_not_found_and_not_retried_kms_emulator(kms_emulator_url:
     client = emulator_client(kms_emulator_url)
     sent = count_http_requests(client)
     with pytest.raises(SignerError, match="NotFoundException") as caught:
-        AwsKmsSigner(client, "alias/no-such-key", retry=RetryPolicy(attempts=3), sleep=lambda _: None)
+        AwsKmsSigner(client, "alias/no-such-key", retry=KmsRetryPolicy(attempts=3), sleep=lambda _: None)
     assert not caught.value.retryable
     assert len(sent) == 1  # neither botocore nor the backend retried
 

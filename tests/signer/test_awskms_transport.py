@@ -10,7 +10,7 @@ import pytest
 
 from countersign.errors import SignerUnavailable
 from signer.backends import load_signer
-from signer.backends.awskms import AwsKmsSigner, ClientSettings, RetryPolicy, new_kms_client
+from signer.backends.awskms import AwsKmsSigner, ClientSettings, KmsRetryPolicy, new_kms_client
 
 pytestmark = pytest.mark.daemons  # listeners on loopback
 
@@ -38,7 +38,7 @@ def test_refused_connection_is_unavailable_after_bounded_retries(unused_port: in
     sent = count_http_requests(client)
     sleeps: list[float] = []
     with pytest.raises(SignerUnavailable, match="EndpointConnectionError") as caught:
-        AwsKmsSigner(client, "alias/a", retry=RetryPolicy(attempts=2), sleep=sleeps.append)
+        AwsKmsSigner(client, "alias/a", retry=KmsRetryPolicy(attempts=2), sleep=sleeps.append)
     assert caught.value.retryable
     # 2 backend attempts x 2 botocore attempts each
     assert len(sent) == 4
@@ -52,7 +52,7 @@ def test_read_timeout_is_unavailable(silent_listener: int) -> None:
     client = new_kms_client(settings)
     sent = count_http_requests(client)
     with pytest.raises(SignerUnavailable, match="ReadTimeoutError"):
-        AwsKmsSigner(client, "alias/a", retry=RetryPolicy(attempts=1))
+        AwsKmsSigner(client, "alias/a", retry=KmsRetryPolicy(attempts=1))
     assert len(sent) == 1
 
 

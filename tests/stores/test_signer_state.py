@@ -26,7 +26,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from countersign.records import StreamUnit
 from countersign.signer_state import (
     COLLECTED_TABLES,
-    Grant,
     GrantSpend,
     IssuedRecord,
     NewChild,
@@ -39,6 +38,7 @@ from countersign.signer_state import (
     StateReads,
     StateView,
     StateWrite,
+    StoredGrant,
 )
 from signer.stores import SignerStateStore, open_signer_state
 from tests.stores.conftest import PostgresSchemas, dynamodb_url
@@ -132,7 +132,7 @@ def session_update(agent: str, seq: int, previous: int | None, *, closed: bool =
 
 def test_each_new_item_is_written_once(harness: SignerHarness) -> None:
     store, other = harness.open(), harness.open()
-    grant = Grant("g1", digest("parent"), "deployer-b", LATER)
+    grant = StoredGrant("g1", digest("parent"), "deployer-b", LATER)
     proposal = Proposal("g2", digest("parent"), b"{}", '{"role":"child"}', LATER)
     request = RequestRecord("req-1", "sha256:fp", b"answer", LATER)
     for write in (StateWrite(new_grant=grant), StateWrite(proposal=proposal), StateWrite(request=request)):
@@ -145,10 +145,10 @@ def test_each_new_item_is_written_once(harness: SignerHarness) -> None:
 def test_a_grant_is_spent_once_and_a_proposal_sealed_once(harness: SignerHarness) -> None:
     store, other = harness.open(), harness.open()
     assert store.apply([StateWrite(spend=GrantSpend("missing", "sha256:m", "c"))]) == [False]
-    store.apply([StateWrite(new_grant=Grant("g", digest("p"), "deployer-b", LATER))])
+    store.apply([StateWrite(new_grant=StoredGrant("g", digest("p"), "deployer-b", LATER))])
     assert store.apply([StateWrite(spend=GrantSpend("g", "sha256:m1", "cosig-1"))]) == [True]
     assert other.apply([StateWrite(spend=GrantSpend("g", "sha256:m2", "cosig-2"))]) == [False]
-    assert other.read(StateReads(grant="g")).grant == Grant(
+    assert other.read(StateReads(grant="g")).grant == StoredGrant(
         "g", digest("p"), "deployer-b", LATER, "sha256:m1", "cosig-1"
     )
     assert store.apply([StateWrite(seal=ProposalSeal("g", b"path"))]) == [False]  # no proposal yet
@@ -192,7 +192,7 @@ def test_a_write_is_whole_or_nothing(harness: SignerHarness) -> None:
         issued=(issued("never"),),
         child=NewChild(parent, "n1", 5, LATER),
         session=session_update(agent, 0, previous=None),
-        new_grant=Grant("never-grant", parent, "deployer-b", LATER),
+        new_grant=StoredGrant("never-grant", parent, "deployer-b", LATER),
         request=RequestRecord("taken", "sha256:y", b"b", LATER),
     )
     assert store.apply([doomed]) == [False]
@@ -227,7 +227,7 @@ def test_collection_takes_a_row_only_once_its_expiry_is_before_the_cutoff(harnes
     store.apply([StateWrite(
         issued=(issued("boundary", expiry),), child=NewChild(parent, "c", 2, expiry),
         session=SessionUpdate(SessionState("s", parent, 0, digest("r")), None, expiry),
-        new_grant=Grant("g", parent, "deployer-b", expiry), proposal=Proposal("g", parent, b"r", "c", expiry),
+        new_grant=StoredGrant("g", parent, "deployer-b", expiry), proposal=Proposal("g", parent, b"r", "c", expiry),
         request=RequestRecord("req", "sha256:f", b"a", expiry),
     )])  # fmt: skip
     removed = store.collect_expired(expiry + offset, 100)
@@ -276,7 +276,7 @@ def test_racing_writers_fill_a_parent_to_its_limit_and_no_further(harness: Signe
 
 def test_racing_writers_spend_a_grant_once(harness: SignerHarness) -> None:
     parent = digest("granting parent")
-    harness.open().apply([StateWrite(new_grant=Grant("raced", parent, "deployer-b", LATER))])
+    harness.open().apply([StateWrite(new_grant=StoredGrant("raced", parent, "deployer-b", LATER))])
 
     def spend(i: int) -> StateWrite:
         return StateWrite(spend=GrantSpend("raced", f"sha256:m{i}", f"c{i}"), child=NewChild(parent, f"n{i}", 8, LATER))
@@ -311,7 +311,7 @@ def _writes() -> st.SearchStrategy[StateWrite]:
         lambda p, nonce, limit: NewChild(PARENTS[p], f"n{nonce}", limit, EXPIRIES[p]),
         st.integers(0, 1), st.integers(0, 4), st.integers(0, 3),
     )  # fmt: skip
-    grants = st.builds(lambda g: Grant(GRANTS[g], PARENTS[g], "deployer-b", EXPIRIES[g]), st.integers(0, 1))
+    grants = st.builds(lambda g: StoredGrant(GRANTS[g], PARENTS[g], "deployer-b", EXPIRIES[g]), st.integers(0, 1))
     spends = st.builds(
         lambda g, m: GrantSpend(GRANTS[g], f"sha256:m{m}", f"c{m}"), st.integers(0, 1), st.integers(0, 2)
     )

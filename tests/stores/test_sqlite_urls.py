@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.store import open_log_store
+from coordinator.log_stores import open_log_store
 from countersign._daemon.sqlite import sqlite_file
 from countersign.errors import ConfigError
 from signer.stores import open_signer_state

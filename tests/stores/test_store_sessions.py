@@ -31,7 +31,7 @@ def agent_edges(prefix: str = "s", max_children: int = 4) -> list[ChildEdge]:
 
 
 def receipts(prefix: str, n: int, request_id: str = "") -> list[LeafNonce]:
-    """One leaf nonce per receipt, indexed by position in the session (as check_session gives them)."""
+    """One leaf nonce per receipt, indexed by position in the session (as check_session_evidence gives them)."""
     return [LeafNonce(f"{prefix}:r{i}", RETAIN, i, request_id) for i in range(n)]
 
 

@@ -4,6 +4,7 @@ revocation, the revocation sweep, and who may ask for an impact."""
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -96,8 +97,8 @@ def service(
         store, log_metrics, metrics.errors, lambda: follower.view()[0], enabled=recording, retention_ms=60_000
     )
     made = VerifierService(
-        store, follower, DEFAULT_POLICY, metrics, verdicts=recorder, verdict_log_metrics=log_metrics,  # type: ignore[arg-type]
-        require_identity=require_identity,
+        state=store, follower=follower, policy=DEFAULT_POLICY, metrics=metrics,  # type: ignore[arg-type]
+        verdicts=recorder, verdict_log_metrics=log_metrics, require_identity=require_identity,
     )  # fmt: skip
     return made, metrics_registry, Revalidator(store, log_metrics, lambda: follower.view()[0])
 
@@ -203,3 +204,11 @@ def test_impact_is_refused_to_a_caller_without_an_operator_or_client_certificate
     assert answer.newly_marked == 1 and [v.marked_in_log for v in answer.verdicts] == [True]
     (entry,) = logged(store, [MESH.signers["deployer-a"].key_id])
     assert entry.revalidation_cause == "impact query deployer deployer-a by plaintext"
+
+
+def test_the_service_takes_each_of_its_parts_by_name() -> None:
+    """Thirteen parts, several of one type (three optional metrics and logs, two lane counts): a
+    positional call could swap two unnoticed, so each is given by name."""
+    parameters = list(inspect.signature(VerifierService.__init__).parameters.values())[1:]
+    assert len(parameters) >= 13
+    assert all(parameter.kind is inspect.Parameter.KEYWORD_ONLY for parameter in parameters)

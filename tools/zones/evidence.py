@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from countersign._clock import now_ms
 from countersign._proto.v1 import coordinator_pb2, coordinator_pb2_grpc
 from countersign.admission import SignedStatement, StatementKind
 from countersign.canonical import b64url_encode
 from countersign.client.errors import from_rpc_error
-from countersign.client.operator import now_ms
 from countersign.client.tls import coordinator_dns, open_channel
 from countersign.keys import Ed25519Signer
 from countersign.records import Construction, Path

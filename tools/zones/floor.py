@@ -42,8 +42,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.issuance import in_process_issuance
 from bench.mesh import timed
+from countersign._clock import now_ms
 from countersign._daemon.server import usable_cpus
-from countersign.client.operator import now_ms
 from countersign.client.tls import open_channel, verifier_dns
 from countersign.keys import Ed25519Signer
 from countersign.samples import SampleMesh

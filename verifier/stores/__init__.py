@@ -9,16 +9,22 @@ See docs/stores.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Final
 from urllib.parse import urlsplit
 
 from countersign._daemon.sqlite import sqlite_file
 from countersign.errors import CountersignError
+from countersign.plugins import Plugin, open_plugin
 from countersign.state import InMemoryState, VerifierStore
 
 
 class StoreConfigError(CountersignError, ValueError):
     """A store URL that names no usable backend."""
+
+
+def _memory(url: str) -> VerifierStore:
+    return InMemoryState()
 
 
 def _sqlite(url: str) -> VerifierStore:
@@ -32,40 +38,30 @@ def _sqlite(url: str) -> VerifierStore:
     return SqliteState(path)
 
 
-def _memory(url: str) -> VerifierStore:
-    return InMemoryState()
-
-
 def _postgresql(url: str) -> VerifierStore:
-    try:
-        from verifier.stores.postgres import PostgresState
-    except ImportError as exc:
-        raise StoreConfigError(f"{url.split(':', 1)[0]} store needs the 'postgres' extra (psycopg): {exc}") from exc
+    from verifier.stores.postgres import PostgresState
+
     return PostgresState(url)
 
 
 def _dynamodb(url: str) -> VerifierStore:
-    try:
-        from verifier.stores.dynamodb import DynamoDbState
-    except ImportError as exc:
-        raise StoreConfigError(f"dynamodb store needs the 'aws' extra (boto3): {exc}") from exc
+    from verifier.stores.dynamodb import DynamoDbState
+
     return DynamoDbState(url)
 
 
-STORE_FOR_SCHEME: dict[str, Callable[[str], VerifierStore]] = {
-    "sqlite": _sqlite,
-    "memory": _memory,
-    "postgresql": _postgresql,
-    "postgres": _postgresql,
-    "dynamodb": _dynamodb,
+_POSTGRESQL = Plugin(_postgresql, "postgresql://user@host/db?schema=NAME", "replicas across hosts", "postgres")
+# The verifier's stores by URL scheme (countersign.plugins: the command line's help and hints read it).
+STORE_FOR_SCHEME: Final[Mapping[str, Plugin[Callable[[str], VerifierStore]]]] = {
+    "sqlite": Plugin(_sqlite, "sqlite:///path/verifier.db", "one host; sqlite:////path for an absolute path"),
+    "memory": Plugin(_memory, "memory:", "this process only: forgotten when it ends"),
+    "postgresql": _POSTGRESQL,
+    "postgres": _POSTGRESQL,
+    "dynamodb": Plugin(_dynamodb, "dynamodb://TABLE?region=R", "replicas across zones", "aws"),
 }
 
 
 def open_store(url: str) -> VerifierStore:
-    """Open the verifier state a URL names. Raises StoreConfigError for an unknown or malformed URL,
-    and :class:`countersign.errors.StateUnavailable` when the store cannot be reached."""
-    scheme = urlsplit(url).scheme
-    factory = STORE_FOR_SCHEME.get(scheme)
-    if factory is None:
-        raise StoreConfigError(f"unknown store URL scheme {scheme!r} in {url!r}; known: {sorted(STORE_FOR_SCHEME)}")
-    return factory(url)
+    """Open the verifier state a URL names. Raises StoreConfigError for an unknown or malformed URL or
+    a missing extra, and :class:`countersign.errors.StateUnavailable` when the store cannot be reached."""
+    return open_plugin(STORE_FOR_SCHEME, urlsplit(url).scheme, url, kind="store URL scheme", error=StoreConfigError)

@@ -59,7 +59,8 @@ CREATE TABLE requests (
     request_id text PRIMARY KEY,
     fingerprint text NOT NULL,
     answer bytea NOT NULL,
-    expires_ms bigint NOT NULL
+    expires_ms bigint NOT NULL,
+    record text NOT NULL DEFAULT ''  -- the issued record whose path the answer carries (kept there, not here)
 );
 CREATE INDEX requests_expiry ON requests (expires_ms);
 
@@ -72,13 +73,13 @@ RETURNS TABLE (
     s_seq bigint, s_last text, s_closed boolean, s_unit text, s_n integer,
     g_parent text, g_child text, g_expires bigint, g_manifest text, g_cosig text,
     p_parent text, p_record bytea, p_cosig text, p_expires bigint, p_sealed bytea,
-    r_fingerprint text, r_answer bytea, r_expires bigint)
+    r_fingerprint text, r_answer bytea, r_expires bigint, r_record text)
 LANGUAGE sql STABLE SET search_path FROM CURRENT AS $fn$
 SELECT i.path, c.count,
        s.seq, s.last_digest, s.closed, s.stream_unit, s.stream_n,
        g.parent, g.child_deployer, g.expires_ms, g.manifest_digest, g.parent_cosig,
        p.parent, p.child_record, p.child_cosig, p.expires_ms, p.sealed_path,
-       r.fingerprint, r.answer, r.expires_ms
+       r.fingerprint, r.answer, r.expires_ms, r.record
 FROM (SELECT 1) AS one
 LEFT JOIN issued i ON i.digest = k_issued
 LEFT JOIN child_counts c ON c.parent = k_parent
@@ -102,9 +103,9 @@ DECLARE
 BEGIN
     IF w ? 'request' THEN
         r := w -> 'request';
-        INSERT INTO requests (request_id, fingerprint, answer, expires_ms)
+        INSERT INTO requests (request_id, fingerprint, answer, expires_ms, record)
             VALUES (r ->> 'request_id', r ->> 'fingerprint', decode(r ->> 'answer', 'base64'),
-                    (r ->> 'expires_ms')::bigint)
+                    (r ->> 'expires_ms')::bigint, r ->> 'record')
             ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN RETURN false; END IF;
     END IF;
