@@ -120,11 +120,16 @@ class LocalCompose:
             value,
         )
 
-    def argv(self, name: str) -> list[str]:
+    def address(self, service: str, port: int) -> str:
+        """Where ``service``'s container port ``port`` listens here."""
+        return f"127.0.0.1:{self.ports[(service, port)]}"
+
+    def argv(self, name: str, extra: tuple[str, ...] = ()) -> list[str]:
+        """The service's entrypoint and command, translated, then ``extra`` (given as local values)."""
         service = self.services[name]
         entrypoint = service.get("entrypoint") or ["countersign"]
         command = service.get("command") or ([] if "entrypoint" in service else ["--help"])
-        argv = [self.translate(name, str(part)) for part in [*entrypoint, *command]]
+        argv = [self.translate(name, str(part)) for part in [*entrypoint, *command]] + list(extra)
         if argv[0] == "countersign":
             argv = [sys.executable, "-m", "countersign_cli", *argv[1:]]
         elif argv[0] in (IMAGE_PYTHON, "python"):
@@ -165,11 +170,13 @@ class LocalCompose:
             elif name not in targets:
                 self.run_job(name, timeout_s=timeout_s, check=True)
 
-    def run_job(self, name: str, *, timeout_s: float = 90.0, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def run_job(
+        self, name: str, *extra: str, timeout_s: float = 90.0, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         workdir = self.workdir / "cwd" / name
         workdir.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
-            self.argv(name),
+            self.argv(name, extra),
             env=self.environment(name),
             cwd=workdir,
             capture_output=True,
@@ -180,6 +187,25 @@ class LocalCompose:
         if check and result.returncode != 0:
             raise AssertionError(f"job {name} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
+
+    def start_job(self, name: str, *extra: str) -> subprocess.Popen[str]:
+        """A job started and left running: its stdout (stderr merged in) is a pipe to read as it goes."""
+        workdir = self.workdir / "cwd" / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        return subprocess.Popen(
+            self.argv(name, extra),
+            env=self.environment(name),
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a daemon (what ``docker kill`` does to a container's process); it stays down."""
+        process = self.running[name].process
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
 
     def start_daemon(self, name: str) -> Running:
         workdir = self.workdir / "cwd" / name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,16 @@ def kind_of(service: dict[str, Any]) -> str | None:
     return None
 
 
+def load_demo_flow() -> Any:
+    """docker/dev-mesh/demo_flow.py as a module (the demo job's script; not a package)."""
+    sys.path.insert(0, str(DOCKER_DIR / "dev-mesh"))
+    try:
+        import demo_flow
+    finally:
+        sys.path.remove(str(DOCKER_DIR / "dev-mesh"))
+    return demo_flow
+
+
 def built_here(service: dict[str, Any]) -> bool:
     build = service.get("build") or {}
     return isinstance(build, dict) and build.get("dockerfile") == "docker/Dockerfile"
@@ -175,6 +186,7 @@ def daemon_settings(kind: str) -> set[str]:
     from countersign._daemon.config import ENV_PREFIX
     from countersign.client.tls import TlsConfig
     from signer.config import SignerConfig
+    from signer.stores import postgres as signer_postgres
     from verifier.daemon import VerifierConfig
     from verifier.stores import postgres
 
@@ -183,6 +195,8 @@ def daemon_settings(kind: str) -> set[str]:
     names |= {f"{ENV_PREFIX}TLS_{f.name.upper()}" for f in dataclasses.fields(TlsConfig)}
     if kind == "coordinator":
         names.add(postgres_store.PASSWORD_ENV)
+    if kind == "signer":
+        names.add(signer_postgres.PASSWORD_ENV)
     if kind == "verifier":
         names.add(postgres.PASSWORD_ENV)
     return names

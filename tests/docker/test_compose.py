@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.docker.conftest import (
     environment_of,
     kind_of,
     load_compose,
+    load_demo_flow,
     mounts_of,
 )
 
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.offline
 DAEMONS = {
     "coordinator": "coordinator",
     "signer-a": "signer",
+    "signer-a2": "signer",
     "signer-b": "signer",
     "signer-c": "signer",
     "verifier-1": "verifier",
@@ -120,7 +123,9 @@ def test_start_order_uses_conditions(services: dict[str, Any]) -> None:
     done, healthy = "service_completed_successfully", "service_healthy"
     assert conditions(services["postgres"]) == {"init": done}
     assert conditions(services["coordinator"]) == {"init": done, "postgres": healthy}
-    for name in ("signer-a", "signer-b", "signer-c"):
+    for name in ("signer-a", "signer-a2"):  # deployer-a's state is in PostgreSQL
+        assert conditions(services[name]) == {"init": done, "postgres": healthy, "coordinator": healthy}, name
+    for name in ("signer-b", "signer-c"):
         assert conditions(services[name]) == {"init": done, "coordinator": healthy}, name
     for name in ("verifier-1", "verifier-2"):
         assert conditions(services[name]) == {"init": done, "postgres": healthy, "coordinator": healthy}, name
@@ -168,18 +173,31 @@ def test_daemon_environment_names_are_settings(services: dict[str, Any]) -> None
         assert unknown == [], f"{name}: the {kind} reads no such setting: {unknown}"
 
 
+def signer_replicas(services: dict[str, Any]) -> dict[str, list[str]]:
+    """Deployer -> the services running its signer, in file order."""
+    out: dict[str, list[str]] = {}
+    for name, kind in DAEMONS.items():
+        if kind == "signer":
+            out.setdefault(environment_of(services[name])["COUNTERSIGN_DEPLOYER"], []).append(name)
+    return out
+
+
 def test_signers_persist_their_state_and_pin_their_deployer(services: dict[str, Any]) -> None:
     children = {"deployer-a": ["deployer-b", "deployer-c"], "deployer-b": ["deployer-c"], "deployer-c": []}
-    for letter in "abc":
-        name, deployer = f"signer-{letter}", f"deployer-{letter}"
-        env = environment_of(services[name])
-        assert env["COUNTERSIGN_DEPLOYER"] == deployer
-        assert env["COUNTERSIGN_SIGNER_KEY"] == "file:/run/countersign/secrets/signer.jwk"
-        assert [c for c in env["COUNTERSIGN_ALLOWED_CHILDREN"].split(",") if c] == children[deployer]
-        state = [m for m in mounts_of(services[name]) if m.source == f"{name}-state"]
-        assert len(state) == 1 and not state[0].read_only
-        assert env["COUNTERSIGN_STATE_URL"] == f"sqlite:///{state[0].target}/signer.db"
-        assert env["COUNTERSIGN_REGISTRY_CACHE"].startswith(state[0].target + "/")
+    assert signer_replicas(services) == {
+        "deployer-a": ["signer-a", "signer-a2"], "deployer-b": ["signer-b"], "deployer-c": ["signer-c"]
+    }  # fmt: skip
+    for deployer, replicas in signer_replicas(services).items():
+        for name in replicas:
+            env = environment_of(services[name])
+            assert env["COUNTERSIGN_SIGNER_KEY"] == "file:/run/countersign/secrets/signer.jwk"
+            assert [c for c in env["COUNTERSIGN_ALLOWED_CHILDREN"].split(",") if c] == children[deployer]
+            # Each replica keeps its own copy of the registry in a volume of its own.
+            state = [m for m in mounts_of(services[name]) if m.source == f"{name}-state"]
+            assert len(state) == 1 and not state[0].read_only
+            assert env["COUNTERSIGN_REGISTRY_CACHE"].startswith(state[0].target + "/")
+            if len(replicas) == 1:
+                assert env["COUNTERSIGN_STATE_URL"] == f"sqlite:///{state[0].target}/signer.db"
     for name in ("verifier-1", "verifier-2"):
         env = environment_of(services[name])
         state = [m for m in mounts_of(services[name]) if m.source == f"{name}-state"]
@@ -187,6 +205,46 @@ def test_signers_persist_their_state_and_pin_their_deployer(services: dict[str, 
         # Both replicas share one PostgreSQL schema (a nonce consumed on one is seen by the other).
         assert env["COUNTERSIGN_STORE_URL"].startswith("postgresql://countersign@postgres:5432/countersign?")
         assert "schema=countersign_nonces" in env["COUNTERSIGN_STORE_URL"]
+
+
+def test_deployer_a_runs_two_replicas_on_one_postgresql_state(services: dict[str, Any]) -> None:
+    """The same deployer, key, settings and state URL; the state in a schema of its own, apart from the
+    registry log's and the verifiers' nonce store's, reached without a password in any value."""
+    first, second = (environment_of(services[name]) for name in ("signer-a", "signer-a2"))
+    assert first == second, "replicas of one signer differ only outside their settings (ports, volumes)"
+    url = urlsplit(first["COUNTERSIGN_STATE_URL"])
+    assert (url.scheme, url.username, url.hostname, url.port, url.path) == (
+        "postgresql", "countersign", "postgres", 5432, "/countersign"
+    )  # fmt: skip
+    schema = dict(parse_qsl(url.query))["schema"]
+    others = [
+        dict(parse_qsl(urlsplit(env[key]).query))["schema"]
+        for env in (environment_of(services[name]) for name in ("coordinator", "verifier-1", "verifier-2"))
+        for key in ("COUNTERSIGN_LOG_STORE", "COUNTERSIGN_STORE_URL")
+        if key in env
+    ]
+    assert len(others) == 3 and schema not in others, (schema, others)
+    assert first["PGPASSFILE"] == "/run/countersign/db/pgpass"
+    db = [m for m in mounts_of(services["signer-a"]) if m.source == "db"]
+    assert len(db) == 1 and db[0].read_only and first["PGPASSFILE"].startswith(db[0].target + "/")
+    for name in ("signer-a", "signer-a2"):
+        assert {m.source: m.target for m in mounts_of(services[name]) if m.read_only} == {
+            "public": "/run/countersign/public", "signer-a-secrets": "/run/countersign/secrets",
+            "db": "/run/countersign/db",
+        }, name  # fmt: skip
+    ports = [p.split(":", 1)[1] for name in ("signer-a", "signer-a2") for p in services[name]["ports"]]
+    assert len(set(ports)) == 4, ports
+
+
+def test_everything_that_talks_to_a_signer_names_every_replica(services: dict[str, Any]) -> None:
+    """The demo's runtimes, and through them every delegation's parent_signer, name all of a deployer's
+    replicas, and the demo waits until each is healthy."""
+    command = services["demo"]["command"]
+    named = load_demo_flow().pairs(command[command.index("--signers") + 1])
+    for deployer, replicas in signer_replicas(services).items():
+        assert named[deployer].split(",") == [f"{name}:7401" for name in replicas], deployer
+        for name in replicas:
+            assert conditions(services["demo"])[name] == "service_healthy", name
 
 
 def test_each_secret_volume_is_mounted_only_where_needed(services: dict[str, Any], compose: dict[str, Any]) -> None:
@@ -204,12 +262,15 @@ def test_each_secret_volume_is_mounted_only_where_needed(services: dict[str, Any
         "operator-state": {"enrol", "checkpoints"},
         "demo-tls": {"init", "demo"},
         "coordinator-tls": {"init", "coordinator"},
-        "db": {"init", "postgres", "coordinator", "verifier-1", "verifier-2"},
+        "db": {"init", "postgres", "coordinator", "signer-a", "signer-a2", "verifier-1", "verifier-2"},
         "pgdata": {"postgres"},
         "public": {"init", "enrol", *DAEMONS},
     }
-    for name in ("signer-a", "signer-b", "signer-c"):
+    # deployer-a's replicas share its one key and TLS identity (ADR 0033); each has its own state volume.
+    expected["signer-a-secrets"] = {"init", "signer-a", "signer-a2"}
+    for name in ("signer-b", "signer-c"):
         expected[f"{name}-secrets"] = {"init", name}
+    for name in ("signer-a", "signer-a2", "signer-b", "signer-c"):
         expected[f"{name}-state"] = {name}
     for name in ("verifier-1", "verifier-2"):
         expected[f"{name}-tls"] = {"init", name}
@@ -260,7 +321,7 @@ def test_ports_are_published_on_loopback_only(services: dict[str, Any]) -> None:
             assert re.fullmatch(r"127\.0\.0\.1:\d+:\d+", port), f"{name}: {port} is not bound to 127.0.0.1"
             published += 1
         assert "expose" not in service or name in DAEMONS
-    assert published == 12, "gRPC and metrics of the six daemons"
+    assert published == 14, "gRPC and metrics of the seven daemons"
     assert "ports" not in services["postgres"]
     # Overriding the host ports keeps them on loopback.
     moved = load_compose({"MESH_PORT_COORDINATOR": "17400"})["services"]["coordinator"]["ports"]

@@ -1,12 +1,18 @@
 """The compose file's own commands, environment and start order, run as local processes (see
 tests/docker/compose_local.py for what is and is not replaced), and docker/healthcheck.py against
 real daemons: the compose flow without a Docker engine, quick to run (the container tier,
-tests/docker/test_containers_e2e.py, runs the same file in containers)."""
+tests/docker/test_containers_e2e.py, runs the same file in containers).
+
+deployer-a's signer runs as two replicas over one PostgreSQL schema, and the one answering the demo's
+runtime is SIGKILLed while the demo issues the Planner's session (tests/docker/replica_kill.py): every
+signing call still succeeds, the final path verifies and the session verifies as one."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -17,12 +23,14 @@ import pytest
 
 from countersign_cli.localmesh import LocalMesh
 from tests.docker.compose_local import LocalCompose
-from tests.docker.conftest import DOCKER_DIR, Dockerfile, load_compose
+from tests.docker.conftest import DOCKER_DIR, Dockerfile, load_compose, load_demo_flow
+from tests.docker.replica_kill import RISE, kill_mid_session, signed_receipts
 
 pytestmark = pytest.mark.daemons
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 HEALTHCHECK = DOCKER_DIR / "healthcheck.py"
+REPLICAS_A = ("signer-a", "signer-a2")
 
 
 def postgres_url() -> str:
@@ -54,7 +62,7 @@ def test_compose_flow_as_local_processes(local_compose: LocalCompose) -> None:
     mesh = local_compose
     # init -> (PostgreSQL) -> coordinator -> signers, verifiers -> enrol, each on its condition.
     mesh.up(["demo"])
-    assert set(mesh.running) == {"coordinator", "signer-a", "signer-b", "signer-c", "verifier-1", "verifier-2"}
+    assert set(mesh.running) == {"coordinator", *REPLICAS_A, "signer-b", "signer-c", "verifier-1", "verifier-2"}
 
     # What init left in each volume: only the service's own material, keys private.
     volumes = mesh.workdir / "volumes"
@@ -71,11 +79,44 @@ def test_compose_flow_as_local_processes(local_compose: LocalCompose) -> None:
     assert f'operator_public_key = "{operator["public_key"]}"' in (volumes / "public" / "operator.toml").read_text()
 
     # The demo flow through the compose service's own command: delegation across three signers,
-    # accept on verifier-1, replay refused on verifier-2 (shared PostgreSQL state).
-    demo = mesh.run_job("demo", timeout_s=120)
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "all outcomes as expected" in demo.stdout
-    assert "REJECT NONCE_REPLAYED" in demo.stdout and "REJECT OUTPUT_MISMATCH" in demo.stdout
+    # accept on verifier-1, replay refused on verifier-2 (shared PostgreSQL state); deployer-a's
+    # replica answering the Planner's session is SIGKILLed while the session is being issued.
+    hold = mesh.workdir / "hold"
+    metrics = {name: mesh.address(name, 9401) for name in REPLICAS_A}
+    killed = kill_mid_session(mesh.start_job("demo", "--hold", str(hold)), hold, metrics, mesh.kill)
+    out = killed.output
+    assert killed.returncode == 0, f"{out}\n{mesh.log_tail(killed.survivor)}"
+    assert mesh.running[killed.victim].process.returncode == -signal.SIGKILL
+    assert "all outcomes as expected" in out and "BAD" not in out, out
+    assert "REJECT NONCE_REPLAYED" in out and "REJECT OUTPUT_MISMATCH" in out
+    assert re.search(r"ok +the Planner's session, \d+ receipts \(replica 1\) +ACCEPT", out), out
+    assert re.search(r"ok +final output of the Writer \(replica 1\) +ACCEPT", out), out
+    session = re.search(r"the Planner's session: (\d+) receipts and its close, seq 0-(\d+), .*\(2 replicas\)", out)
+    assert session, out
+    receipts, last_seq = int(session.group(1)), int(session.group(2))
+    # The turns before and after the hold, and at least RISE receipts from each replica while held.
+    assert last_seq == receipts and receipts >= 2 * load_demo_flow().PLANNER_TURNS + 2 * RISE, out
+    # The session lives in deployer-a's own schema, where both replicas wrote it: one row, closed at
+    # the last seq the runtime saw.
+    import psycopg
+    from psycopg import sql
+
+    schema = next(s for s in mesh.schemas if s.startswith("countersign_signer_a_"))
+    with psycopg.connect(mesh.postgres_url, autocommit=True) as conn:
+        query = sql.SQL("SELECT seq, closed FROM {}.agent_sessions WHERE session = 'planner'")
+        rows = conn.execute(query.format(sql.Identifier(schema))).fetchall()
+    assert rows == [(last_seq, True)], rows
+    assert not (volumes / "signer-a-state" / "signer.db").exists(), "deployer-a keeps no SQLite state"
+
+    # The killed replica restarts on the same state and serves alone: the demo again, deployer-a's
+    # runtime and the delegation's parent_signer naming only it.
+    mesh.start_daemon(killed.victim)
+    mesh.wait_healthy(killed.victim, 90)
+    alone = mesh.translate("demo", f"deployer-a={killed.victim}:7401,deployer-b=signer-b:7401,deployer-c=signer-c:7401")
+    demo = mesh.run_job("demo", "--signers", alone, timeout_s=120)
+    assert demo.returncode == 0 and "all outcomes as expected" in demo.stdout, demo.stdout + demo.stderr
+    assert "(1 replica)" in demo.stdout
+    assert signed_receipts(metrics[killed.victim]) > 0
 
     # Both jobs are safe to run again (docker compose up after a restart).
     again = mesh.run_job("init")

@@ -4,9 +4,9 @@ job's saved-path format and replay mode (docker/dev-mesh/demo_flow.py) behave, w
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.docker.compose_host import DEMO_OUT, LOOPBACK, NETWORK_KEYS, host_network_variant, raw_compose
-from tests.docker.conftest import DOCKER_DIR
+from tests.docker.conftest import load_demo_flow
 
 pytestmark = pytest.mark.offline
 
@@ -81,7 +81,8 @@ def test_every_address_is_loopback_and_every_port_its_own() -> None:
         )
         assert f"@{postgres}/" in url, (name, url)
     demo = " ".join(services["demo"]["command"])
-    for name, port in (("signer-a", 7401), ("signer-b", 7401), ("signer-c", 7401), ("verifier-1", 7402)):
+    for name, port in (("signer-a", 7401), ("signer-a2", 7401), ("signer-b", 7401), ("signer-c", 7401),
+                       ("verifier-1", 7402)):  # fmt: skip
         assert host.address(name, port) in demo, name
     # The real file dials service names and listens on wildcards: the rewrite had work to do.
     assert any(a != LOOPBACK for s in raw["services"].values() for a, _ in addresses(s))
@@ -95,27 +96,28 @@ def test_without_a_demo_directory_no_mount_is_added() -> None:
 # --- demo_flow.py's saved path and replay mode -----------------------------------------------------
 
 
-def demo_flow() -> Any:
-    sys.path.insert(0, str(DOCKER_DIR / "dev-mesh"))
-    try:
-        import demo_flow as module
-    finally:
-        sys.path.remove(str(DOCKER_DIR / "dev-mesh"))
-    return module
-
-
 @given(path=st.binary(max_size=2048), output=st.binary(max_size=512))
 def test_saved_path_round_trips(tmp_path_factory: pytest.TempPathFactory, path: bytes, output: bytes) -> None:
-    module = demo_flow()
+    module = load_demo_flow()
     file = tmp_path_factory.mktemp("saved") / "path.bin"
     module.save(file, path, output)
     assert module.load(file) == (path, output)
 
 
 def test_a_truncated_saved_path_is_refused(tmp_path: Path) -> None:
-    module = demo_flow()
+    module = load_demo_flow()
     file = tmp_path / "path.bin"
     module.save(file, b"x" * 100, b"out")
     file.write_bytes(file.read_bytes()[:50])
     with pytest.raises(ValueError, match="truncated"):
         module.load(file)
+
+
+def test_signers_name_several_replicas_per_deployer() -> None:
+    pairs = load_demo_flow().pairs
+    named = pairs("deployer-a=a1:7401, a2:7401,deployer-b=b:7401")
+    assert named == {"deployer-a": "a1:7401,a2:7401", "deployer-b": "b:7401"}
+    assert pairs("deployer-a=a:7401") == {"deployer-a": "a:7401"}
+    for bad in ("a1:7401,deployer-a=a2:7401", "deployer-a=", "deployer-a=a:1,deployer-a=b:1", "=a:1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            pairs(bad)

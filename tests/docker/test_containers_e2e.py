@@ -3,8 +3,11 @@ the base is docker/Dockerfile itself, built with ``--build-arg PYTHON_IMAGE=<loc
 mesh is docker/compose.yaml on host networking (tests/docker/compose_host.py says what that changes).
 
 The compose mesh: PostgreSQL (the local stand-in postgres image, on its own loopback port, never the
-machine's 5432), init, coordinator, three signers, two verifier replicas, enrolment; then the demo
-flow through it, a crash and automatic restart of one verifier container, and the replay of the path
+machine's 5432), init, coordinator, deployer-a's two signer replicas (on PostgreSQL) and one signer
+each for deployer-b and deployer-c, two verifier replicas, enrolment; then the demo flow through it,
+during which the deployer-a replica answering the Planner's session is killed (``docker kill``,
+tests/docker/replica_kill.py) and the flow still completes; the killed replica started again and
+serving alone; a crash and automatic restart of one verifier container, and the replay of the path
 accepted before the crash, which both replicas must still refuse.
 
 Run by ``make containers`` (docker/engine.sh starts an engine with host networking only). Where no
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import signal
 import subprocess
 import time
@@ -29,12 +33,15 @@ import pytest
 from tests.docker.compose_host import DEMO_OUT, LOOPBACK, HostNetworkCompose, host_network_variant, raw_compose
 from tests.docker.conftest import RUNTIME_UID
 from tests.docker.containers import compose_command, docker, inspect
+from tests.docker.replica_kill import kill_mid_session, signed_receipts
 from tests.ports import free_port
 
 pytestmark = [pytest.mark.containers, pytest.mark.slow]
 
-DAEMONS = ("coordinator", "signer-a", "signer-b", "signer-c", "verifier-1", "verifier-2")
+DAEMONS = ("coordinator", "signer-a", "signer-a2", "signer-b", "signer-c", "verifier-1", "verifier-2")
+REPLICAS_A = ("signer-a", "signer-a2")
 SAVED_PATH = f"{DEMO_OUT}/accepted-path.bin"
+HOLD = "hold"  # in the demo's output directory
 
 
 # --- the image ------------------------------------------------------------------------------------
@@ -88,10 +95,14 @@ class ComposeMesh:
     file: Path
     variant: HostNetworkCompose
     environment: dict[str, str]
+    demo_out: Path  # the demo job's writable directory (DEMO_OUT inside it)
+
+    def argv(self, *args: str) -> list[str]:
+        return [*self.command, "--project-name", self.project, "--file", str(self.file), *args]
 
     def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*self.command, "--project-name", self.project, "--file", str(self.file), *args],
+            self.argv(*args),
             cwd=self.file.parent,
             env=self.environment,
             capture_output=True,
@@ -115,12 +126,37 @@ class ComposeMesh:
         return found[0]
 
     def demo(self, *extra: str) -> subprocess.CompletedProcess[str]:
-        """The demo service's own command (its host-network addresses), plus ``extra``."""
+        """The demo service's own command (its host-network addresses), plus ``extra``, once every daemon
+        is healthy. Without its dependencies: Compose v1's ``run`` first runs init and enrol again, then
+        refuses at once a daemon whose health probe timed out meanwhile (5 s, too short on a loaded
+        machine), where this waits for it. The first demo run (:meth:`start_demo`) goes through them."""
+        self.wait_healthy(DAEMONS)
         command = self.variant.document["services"]["demo"]["command"]
-        return self("--profile", "demo", "run", "--rm", "-T", "demo", *command, *extra, timeout=300)
+        return self("--profile", "demo", "run", "--rm", "-T", "--no-deps", "demo", *command, *extra, timeout=300)
+
+    def start_demo(self, *extra: str) -> subprocess.Popen[str]:
+        """The demo as a user runs it (``run --rm demo``: through its dependencies, init and enrol again
+        and every daemon healthy), plus ``extra``, left running: its output (stderr merged in) is a pipe
+        to read as it goes."""
+        command = self.variant.document["services"]["demo"]["command"]
+        return subprocess.Popen(
+            self.argv("--profile", "demo", "run", "--rm", "-T", "demo", *command, *extra),
+            cwd=self.file.parent,
+            env=self.environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def logs(self) -> str:
         return self("logs", "--no-color", "--tail", "40", timeout=120).stdout
+
+    def health(self) -> str:
+        """Each daemon's state and the last answer of its health check (for a failure's message)."""
+        template = (
+            "{{.State.Status}}/{{.State.Health.Status}} {{with .State.Health}}{{range .Log}}{{.Output}}{{end}}{{end}}"
+        )
+        return "\n".join(f"{s}: {inspect(self.container(s), template).strip()[-400:]}" for s in DAEMONS)
 
     def wait_healthy(self, services: tuple[str, ...], timeout_s: float = 180) -> None:
         deadline = time.monotonic() + timeout_s
@@ -150,7 +186,7 @@ def compose_mesh(tmp_path: Path, countersign_images: dict[str, str], local_base_
         "COUNTERSIGN_DEV_MESH_IMAGE": countersign_images["dev-mesh"],
         "POSTGRES_IMAGE": local_base_images.postgres,
     }
-    mesh = ComposeMesh(command, f"countersign-e2e-{uuid.uuid4().hex[:8]}", file, variant, environment)
+    mesh = ComposeMesh(command, f"countersign-e2e-{uuid.uuid4().hex[:8]}", file, variant, environment, demo_out)
     try:
         yield mesh
     finally:
@@ -171,7 +207,9 @@ def listening_addresses(port: int) -> set[ipaddress.IPv4Address | ipaddress.IPv6
     return found
 
 
-def test_compose_mesh_on_local_base_image_survives_a_verifier_crash(compose_mesh: ComposeMesh) -> None:
+def test_compose_mesh_on_local_base_image_survives_a_signer_replica_killed_and_a_verifier_crash(
+    compose_mesh: ComposeMesh,
+) -> None:
     mesh = compose_mesh
     up = mesh("up", "--detach", timeout=600)
     assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{mesh.logs()}"
@@ -191,11 +229,41 @@ def test_compose_mesh_on_local_base_image_survives_a_verifier_crash(compose_mesh
         assert inspect(mesh.container(service), "{{.State.Status}} {{.State.ExitCode}}") == "exited 0", service
 
     # The demo flow through the mesh: two co-signed cross-deployer edges, accept on verifier-1, the
-    # replay refused on verifier-2 (the shared PostgreSQL nonce store), substituted output rejected.
-    demo = mesh.demo("--save-path", SAVED_PATH)
-    assert demo.returncode == 0, f"{demo.stdout}\n{demo.stderr}\n{mesh.logs()}"
-    assert "all outcomes as expected" in demo.stdout, demo.stdout
-    assert "REJECT NONCE_REPLAYED" in demo.stdout and "REJECT OUTPUT_MISMATCH" in demo.stdout, demo.stdout
+    # replay refused on verifier-2 (the shared PostgreSQL nonce store), substituted output rejected;
+    # while it issues the Planner's session, the deployer-a replica answering it is killed.
+    containers = {name: mesh.container(name) for name in REPLICAS_A}
+    replica_restarts = {name: int(inspect(c, "{{.RestartCount}}")) for name, c in containers.items()}
+    killed = kill_mid_session(
+        mesh.start_demo("--save-path", SAVED_PATH, "--hold", f"{DEMO_OUT}/{HOLD}"),
+        mesh.demo_out / HOLD,
+        {name: mesh.variant.address(name, 9401) for name in REPLICAS_A},
+        lambda name: docker("kill", containers[name], timeout=60),
+    )
+    out = killed.output
+    assert killed.returncode == 0, f"{out}\n{mesh.logs()}"
+    assert "all outcomes as expected" in out and "BAD" not in out, out
+    assert "REJECT NONCE_REPLAYED" in out and "REJECT OUTPUT_MISMATCH" in out, out
+    assert re.search(r"ok +the Planner's session, \d+ receipts \(replica 1\) +ACCEPT", out), out
+    assert re.search(r"the Planner's session: \d+ receipts and its close, .*\(2 replicas\)", out), out
+    # SIGKILL (exit 137), and `docker kill` leaves it down (the restart policy waits for a start).
+    victim = containers[killed.victim]
+    assert inspect(victim, "{{.State.Status}} {{.State.ExitCode}}") == "exited 137"
+    assert int(inspect(victim, "{{.RestartCount}}")) == replica_restarts[killed.victim]
+    mesh.wait_healthy((killed.survivor,))
+
+    # Started again, the killed replica serves on the same state alone: deployer-a's runtime and the
+    # delegation's parent_signer name only it.
+    started = mesh("start", killed.victim, timeout=120)
+    assert started.returncode == 0, started.stderr
+    mesh.wait_healthy((killed.victim,))
+    alone = ",".join(
+        f"{deployer}={mesh.variant.address(service, 7401)}"
+        for deployer, service in (("deployer-a", killed.victim), ("deployer-b", "signer-b"), ("deployer-c", "signer-c"))
+    )
+    again = mesh.demo("--signers", alone)
+    assert again.returncode == 0, f"{again.stdout}{again.stderr}\n{mesh.health()}"
+    assert "all outcomes as expected" in again.stdout, again.stdout
+    assert "(1 replica)" in again.stdout and signed_receipts(mesh.variant.address(killed.victim, 9401)) > 0
 
     # verifier-1 crashes (SIGKILL to its daemon, not `docker stop`): the restart policy brings it back.
     verifier = mesh.container("verifier-1")
@@ -214,7 +282,7 @@ def test_compose_mesh_on_local_base_image_survives_a_verifier_crash(compose_mesh
     assert replay.returncode == 0, f"{replay.stdout}\n{replay.stderr}\n{mesh.logs()}"
     assert replay.stdout.count("REJECT NONCE_REPLAYED") == 2 and "every replay refused" in replay.stdout
 
-    # The restarted replica still accepts new work: the whole demo again.
+    # The restarted verifier still accepts new work: the whole demo again.
     again = mesh.demo()
     assert again.returncode == 0 and "all outcomes as expected" in again.stdout, again.stdout + again.stderr
 
