@@ -14,8 +14,9 @@ second over a timed window. Two signers run side by side in the same rounds, wit
   with no commit at all.
 
 Rounds alternate between the two, so a busy neighbour costs both alike; each figure is the median of
-its rounds. A single stream's figure is printed too. The target: group commit at least 3x the
-one-commit-per-receipt figure with 16 streams.
+its rounds. A single stream's figure is printed too. The target (issue 28): group commit with 16 streams
+at least 3x the design before as the issue measured it (one commit per receipt, one stream), in the same
+rounds; the ratio over one commit per receipt with the same 16 streams is printed beside it.
 """
 
 from __future__ import annotations
@@ -165,9 +166,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     if "group commit, PostgreSQL state" in configs:
         _drop_schema(schema)
     medians = {name: {n: statistics.median(v) for n, v in by.items()} for name, by in figures.items()}
-    ratios = [
-        g / o for g, o in zip(figures["group commit"][STREAMS], figures["one commit per receipt"][STREAMS], strict=True)
-    ]
+    group, before = figures["group commit"][STREAMS], figures["one commit per receipt"]
+    # The target's base: the design before, measured in the same rounds as the issue measured it
+    # (one commit per receipt, one stream); beside it, the same commit with the same 16 streams.
+    ratios = [g / o for g, o in zip(group, before[1], strict=True)]
+    same_streams = [g / o for g, o in zip(group, before[STREAMS], strict=True)]
     return {
         "streams": STREAMS,
         "chunk_bytes": CHUNK_BYTES,
@@ -176,6 +179,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "receipts_per_s": medians,
         "ratio": statistics.median(ratios),
         "ratio_min": min(ratios),
+        "ratio_same_streams": statistics.median(same_streams),
         "service_cpu": SERVICE_CPU,
     }
 
@@ -196,12 +200,13 @@ def report(results: dict[str, Any]) -> str:
         lines.append(f"| {name} | {by[streams]:,.0f} | {by[1]:,.0f} |")
     if "group commit, PostgreSQL state" not in figures:
         lines.append("| group commit, PostgreSQL state | (no PostgreSQL server reachable) | |")
-    ceiling = figures[FLOOR][streams] / figures["one commit per receipt"][streams]
+    ceiling = figures[FLOOR][streams] / figures["one commit per receipt"][1]
     lines += [
         "",
-        f"Group commit over one commit per receipt, {streams} streams: {results['ratio']:.2f}x"
-        f" (lowest round {results['ratio_min']:.2f}x); target ≥ {TARGET:g}x: {mark}."
-        f" The ceiling (no commit at all) is {ceiling:.2f}x one commit per receipt in the same rounds"
+        f"Group commit with {streams} streams over the design before (one commit per receipt, one stream, these"
+        f" rounds): {results['ratio']:.2f}x (lowest round {results['ratio_min']:.2f}x); target ≥ {TARGET:g}x: {mark}."
+        f" Over one commit per receipt with the same {streams} streams: {results['ratio_same_streams']:.2f}x."
+        f" The ceiling (no commit at all) is {ceiling:.2f}x the design before"
         + (": the target is above it." if ceiling < TARGET else "."),
     ]
     return "\n".join(lines)

@@ -82,6 +82,7 @@ from countersign.registry import Registry
 from countersign.signer_state import (
     RequestRecord,
     RequestReused,
+    SessionState,
     StateReads,
     StateView,
     StateWrite,
@@ -255,6 +256,14 @@ class Decided:
     kept: bytes = b""
 
 
+@dataclass(slots=True)
+class StreamSession:
+    """What one receipt stream knows of its session: the state this replica's last write for it left
+    (None: not known, read it from the store)."""
+
+    state: SessionState | None = None
+
+
 # How a kept answer gets its path back: the response without it, the path -> the response.
 Restore = Callable[[bytes, bytes], bytes]
 
@@ -342,14 +351,22 @@ class SignerService(signer_pb2_grpc.SignerServicer):
         return applied
 
     def _signing(
-        self, call: Call, reads: StateReads, decide: Callable[[StateView], Decided], restore: Restore = _restore_issued
-    ) -> bytes:
+        self, call: Call, reads: StateReads, decide: Callable[[StateView], Decided], restore: Restore = _restore_issued,
+        presumed: StateView | None = None, written: Callable[[StateWrite], None] | None = None,
+    ) -> bytes:  # fmt: skip
         """Answer ``call``: its first answer if its request id was answered before; else read, decide
         and write, again from a fresh read when the write's state moved meanwhile, at most
-        ``decide_attempts`` times (then STATE_CONFLICT, retryable: nothing was issued)."""
+        ``decide_attempts`` times (then STATE_CONFLICT, retryable: nothing was issued).
+
+        ``presumed``: what the caller knows the read would answer (the state this replica wrote last),
+        decided from without reading. Safe because the write is conditional on every part of the view
+        the decision used: a state moved since (another replica's receipt, a request id answered
+        before) fails the write, and the call reads and decides again. ``written`` is told the write
+        that applied."""
         assert reads.request == (call.request_id or None), "a call reads its own request id"
         for _ in range(self._config.decide_attempts):
-            view = self._state.read(reads)
+            view = presumed if presumed is not None else self._state.read(reads)
+            presumed = None  # after a conflict, the store's own state
             earlier = self._earlier(call, view, restore)
             if earlier is not None:
                 return earlier
@@ -361,6 +378,8 @@ class SignerService(signer_pb2_grpc.SignerServicer):
                 kept = decided.kept if decided.record else decided.answer
                 answered = RequestRecord(call.request_id, call.fingerprint, kept, decided.expires_ms, decided.record)
             if self._commit(decided.write.answering(answered)):
+                if written is not None:
+                    written(decided.write)
                 return decided.answer
             self._metrics.conflicts.labels(call.method).inc()
         raise _refuse(
@@ -492,11 +511,13 @@ class SignerService(signer_pb2_grpc.SignerServicer):
     def _issue_receipt(
         self, call: Call, parent: Path, parent_digest: str, fields: RecordFields,
         answer_of: Callable[[Path, bytes], bytes], restore: Restore = _restore_issued,
+        stream: StreamSession | None = None,
     ) -> bytes:  # fmt: skip
         """Sign the next receipt of its session under ``parent`` and move the session on, in one write:
         receipts spend no child slot (ADR 0018), only a place in their session. Answers ``answer_of``
         the new path and its bytes (for a retried close, the close receipt issued before); ``restore``
-        puts the path back into an answer kept without it."""
+        puts the path back into an answer kept without it. A ``stream``'s next receipt decides from the
+        session as this replica wrote it last, without reading it again."""
         _check(local_child_refusal(self._policy, parent))
         _check(receipt_parent_refusal(parent.leaf.record))
         output = fields.output
@@ -519,7 +540,15 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             return Decided(answer_of(receipt, data), write, fields.expires_ms, receipt.leaf.digest(), kept)
 
         reads = StateReads(session=(parent_digest, output.session), request=call.key)
-        return self._signing(call, reads, decide, restore)
+        if stream is None:
+            return self._signing(call, reads, decide, restore)
+        presumed = None if stream.state is None else StateView(session=stream.state)
+        stream.state = None  # known again only once this receipt's own write applies
+
+        def written(write: StateWrite) -> None:
+            stream.state = None if write.session is None else write.session.state
+
+        return self._signing(call, reads, decide, restore, presumed, written)
 
     @staticmethod
     def _receipt_answer(path: Path, data: bytes) -> bytes:
@@ -602,6 +631,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
             raise _refuse(ErrorCode.INVALID_ARGUMENT, problem)
         parent, digest = self._own_parent(first.parent_path)
         buffer = ChunkBuffer(unit, n)
+        session = StreamSession()
         index = first.first_chunk  # the stream's chunk index of the next receipt
         signed = 0
 
@@ -630,7 +660,7 @@ class SignerService(signer_pb2_grpc.SignerServicer):
                     closed=close,
                 ).SerializeToString()  # fmt: skip
 
-            issued = self._issue_receipt(call, parent, digest, fields, answer_of, _restore_chunk)
+            issued = self._issue_receipt(call, parent, digest, fields, answer_of, _restore_chunk, session)
             answer = signer_pb2.ChunkReceipt.FromString(issued)
             self._metrics.requests.labels("StreamReceipts", "OK").inc()
             return answer
