@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import boto3
 from botocore.config import Config
@@ -26,6 +26,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from countersign.errors import ConfigError, StateUnavailable
 
 TTL_ATTRIBUTE = "expires_at"
+# How a store with expiring items forgets them: ``scan`` (default) deletes expired items found by a
+# bounded, resumable Scan; ``ttl`` leaves them to DynamoDB's TTL alone (no read or write capacity, but
+# items linger some time past ``expires_at``: harmless where an expired item is refused before it is used).
+COLLECT_MODES = ("scan", "ttl")
 _OWN_PARAMS = frozenset({"region", "endpoint_url", "connect_timeout", "read_timeout", "max_attempts"})
 
 
@@ -66,6 +70,19 @@ def parse_dynamodb_url(url: str) -> DynamoDbSettings:
     if settings.connect_timeout <= 0 or settings.read_timeout <= 0 or settings.max_attempts < 1:
         raise ConfigError(f"DynamoDB URL timeouts must be positive and max_attempts >= 1: {url!r}")
     return settings
+
+
+def split_collect_mode(url: str) -> tuple[str, str]:
+    """(``url`` without its ``collect`` parameter, the mode it names: ``scan`` when absent), for the
+    stores whose items expire. Raises ConfigError for an unknown mode."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    modes = [value for key, value in query if key == "collect"]
+    collect = modes[-1] if modes else "scan"
+    if collect not in COLLECT_MODES:
+        raise ConfigError(f"DynamoDB URL parameter collect must be 'scan' or 'ttl', got {collect!r}")
+    rest = urlencode([(key, value) for key, value in query if key != "collect"])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), collect
 
 
 def make_client(settings: DynamoDbSettings) -> Any:

@@ -24,9 +24,12 @@ the others are cancelled whole (a conflict). There is no shared commit to batch,
 write concurrently (``batches`` is False). Each call carries a ClientRequestToken: botocore's own retry
 of a transaction that committed but whose answer was lost is answered as the first attempt.
 
-Collection: expired items are deleted by a resumable Scan (``collect_expired``), each delete
-conditioned on the item still being expired; DynamoDB's TTL removes what is left behind (it deletes
-only after expiry, so it never takes a live item). An item holds at most 400 KB: a path larger than
+Collection (URL parameter ``collect``): ``scan`` (default) deletes expired items found by a bounded,
+resumable Scan (``collect_expired``), each delete conditioned on the item still being expired, and
+DynamoDB's TTL removes what the sweep has not reached (it deletes only after expiry, so it never takes
+a live item); ``ttl`` leaves every expired item to TTL, which costs no capacity. Either is safe: an
+expired item is never used (an expired parent, grant or session is refused by its expiry, and a request
+id's answer kept past its expiry answers its retry as before). An item holds at most 400 KB: a path larger than
 :data:`MAX_BLOB_BYTES` is refused (INVALID_ARGUMENT), never truncated.
 """
 
@@ -46,6 +49,7 @@ from countersign._daemon.dynamodb import (
     expires_at,
     make_client,
     parse_dynamodb_url,
+    split_collect_mode,
 )
 from countersign.errors import MalformedError, StateUnavailable
 from countersign.records import StreamUnit
@@ -130,7 +134,8 @@ class DynamoDbState:
     _KINDS = ("issued", "count", "session", "grant", "proposal", "request")
 
     def __init__(self, url: str, *, client: Any | None = None) -> None:
-        self.settings = parse_dynamodb_url(url)
+        table_url, self.collect = split_collect_mode(url)
+        self.settings = parse_dynamodb_url(table_url)
         self.table = self.settings.table
         self._client = client if client is not None else make_client(self.settings)
         self._scan_cursor: dict[str, Any] | None = None
@@ -272,27 +277,37 @@ class DynamoDbState:
     # --- collection ----------------------------------------------------------------------------------
 
     def collect_expired(self, cutoff_ms: int, limit: int) -> dict[str, int]:
-        """Delete items that expired before ``cutoff_ms``, found by a resumable Scan of at most ``limit``
-        items a page, until ``limit`` are deleted or a whole pass is done."""
+        """Delete at most ``limit`` items that expired before ``cutoff_ms``, found by a consistent Scan
+        that resumes where the last call stopped and reads at most ``max(4 * limit, 1000)`` items a
+        call (a pass costs bounded read capacity however large the table; DynamoDB's TTL takes what
+        the sweep has not reached yet). With ``collect=ttl``, nothing: TTL alone (module docstring)."""
         removed = dict.fromkeys(COLLECTED_TABLES, 0)
-        deleted = 0
+        if self.collect == "ttl" or limit <= 0:
+            return removed
+        budget = max(4 * limit, 1000)
+        deleted = scanned = 0
+        wrapped = self._scan_cursor is None  # started at the table's start: one pass ends at its end
         with calls(self.table, "collect"):
-            while deleted < limit:
+            while deleted < limit and scanned < budget:
                 request: dict[str, Any] = {
-                    "TableName": self.table, "ConsistentRead": True, "Limit": limit,
+                    # A page finds at most Limit items, so the deletes never pass ``limit``.
+                    "TableName": self.table, "ConsistentRead": True, "Limit": min(limit - deleted, budget - scanned),
                     "ProjectionExpression": "pk, sk", "FilterExpression": "expires_ms < :cutoff",
                     "ExpressionAttributeValues": {":cutoff": {"N": str(cutoff_ms)}},
                 }  # fmt: skip
                 if self._scan_cursor is not None:
                     request["ExclusiveStartKey"] = self._scan_cursor
                 page = self._client.scan(**request)
+                scanned += int(page.get("ScannedCount", 0)) or 1  # at least one, so a call always ends
                 for item in page.get("Items", []):
                     if self._delete_expired(item, cutoff_ms):
                         removed[_table_of(item)] += 1
                         deleted += 1
                 self._scan_cursor = page.get("LastEvaluatedKey")
                 if self._scan_cursor is None:
-                    break
+                    if wrapped:
+                        break  # one whole pass over the table
+                    wrapped = True  # started mid-table: go round once to cover its start
         return removed
 
     def _delete_expired(self, key: Item, cutoff_ms: int) -> bool:

@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from botocore.exceptions import ClientError
 
@@ -45,6 +44,7 @@ from countersign._daemon.dynamodb import (
     expires_at,
     make_client,
     parse_dynamodb_url,
+    split_collect_mode,
 )
 from countersign._daemon.dynamodb import ensure_table as ensure_daemon_table
 from countersign.errors import ConfigError, StateUnavailable
@@ -121,7 +121,6 @@ TRANSACT_GET_CHUNK = 25
 BATCH_WRITE_LIMIT = 25  # requests per BatchWriteItem
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem
 _ATTEMPTS = 8  # optimistic rounds of an admit under contention before giving up (StateUnavailable)
-COLLECT_MODES = ("scan", "ttl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,14 +132,10 @@ class StoreSettings(DynamoDbSettings):
 
 def _split_collect(url: str) -> tuple[str, str]:
     """(the URL without ``collect``, the collect mode). Raises StoreConfigError for an unknown mode."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    modes = [v for k, v in query if k == "collect"]
-    collect = modes[-1] if modes else "scan"
-    if collect not in COLLECT_MODES:
-        raise StoreConfigError(f"DynamoDB URL parameter collect must be 'scan' or 'ttl', got {collect!r}")
-    rest = urlencode([(k, v) for k, v in query if k != "collect"])
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), collect
+    try:
+        return split_collect_mode(url)
+    except ConfigError as exc:
+        raise StoreConfigError(str(exc)) from None
 
 
 def parse_url(url: str) -> StoreSettings:
