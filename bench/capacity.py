@@ -6,8 +6,10 @@ under a delegated agent (a depth-2 agent record, so each receipt's path has thre
 delegated worker's receipts do) with a request id each, as the SDK sends them. For each call it counts
 the requests and items the store sent and sizes every item by DynamoDB's rules (attribute names plus
 values; a write unit per KB of item, twice that inside a transaction; a strongly consistent read unit
-per 4 KB). The SQL stores write the same rows (one per item); their commits are shared by concurrent
-receipts (``python -m bench --only signing`` measures how many).
+per 4 KB). It does the same for one ``StreamReceipts`` call, whose chunks are decided from the session
+the stream's last write left (ADR 0033), so only its first chunk reads. The SQL stores write the same
+rows (one per item); their commits are shared by concurrent receipts (``python -m bench --only signing``
+measures how many).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def item_bytes(item: dict[str, dict[str, Any]]) -> int:
         else:  # BOOL, NULL
             size += 1
     return size
+
+
+class _StreamContext(_Context):
+    """A gRPC context for a stream: the lane slot a stream holds is given back by its end callback."""
+
+    def add_callback(self, callback: Any) -> bool:
+        return True
 
 
 class RecordingClient:
@@ -128,6 +137,15 @@ def run(quick: bool = False) -> dict[str, Any]:
     writes = [c for c in client.calls if c[0] == "TransactWriteItems"]
     items, units = _write_units(writes[0][1])
     read_keys = len(reads[0][1]["RequestItems"]["capacity"]["Keys"])
+    # One stream of ``count`` chunks (256 bytes each, one receipt each), with a request id as the SDK sends.
+    client.calls.clear()
+    first = signer_pb2.OutputChunk(parent_path=agent.to_bytes(), session="capacity-stream", unit="bytes", n=256,
+                                   request_id="stream-00000001")  # fmt: skip
+    chunks = [first, *(signer_pb2.OutputChunk(data=b"t" * 256) for _ in range(count))]
+    streamed = list(service.StreamReceipts(iter(chunks), _StreamContext()))
+    stream_reads = [c for c in client.calls if c[0] == "BatchGetItem"]
+    stream_writes = [c for c in client.calls if c[0] == "TransactWriteItems"]
+    stream_units = [_write_units(request)[1] for _, request in stream_writes]
     return {
         "receipts": count,
         "path_bytes": statistics.median(path_bytes),
@@ -137,6 +155,11 @@ def run(quick: bool = False) -> dict[str, Any]:
         "writes_per_receipt": len(writes),
         "items_per_write": items,
         "write_units": units,
+        "stream_receipts": len(streamed),
+        "stream_reads": len(stream_reads),
+        "stream_read_units": sum(len(r["RequestItems"]["capacity"]["Keys"]) for _, r in stream_reads),
+        "stream_writes": len(stream_writes),
+        "stream_write_units": statistics.median(stream_units),
     }
 
 
@@ -152,6 +175,11 @@ def report(results: dict[str, Any]) -> str:
         f"| writes | {results['writes_per_receipt']} TransactWriteItems of {results['items_per_write']} items,"
         f" {results['write_units']} write units | {results['items_per_write']} rows, in a commit shared with"
         " concurrent receipts |",
+        "",
+        f"One StreamReceipts call of {results['stream_receipts']} chunks (one receipt each): "
+        f"{results['stream_reads']} BatchGetItem in all ({results['stream_read_units']} read units, "
+        f"{results['stream_read_units'] / results['stream_receipts']:.2f} a receipt), "
+        f"{results['stream_writes']} TransactWriteItems ({results['stream_write_units']:.0f} write units each).",
     ])  # fmt: skip
 
 
