@@ -9,7 +9,8 @@ values; a write unit per KB of item, twice that inside a transaction; a strongly
 per 4 KB). It does the same for one ``StreamReceipts`` call, whose chunks are decided from the session
 the stream's last write left (ADR 0033), so only its first chunk reads. The SQL stores write the same
 rows (one per item); their commits are shared by concurrent receipts (``python -m bench --only signing``
-measures how many).
+measures how many). Last, what one ``VerifyPath`` costs a verifier's DynamoDB store, the requests its own
+code sends to moto in this process.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import json
 import math
 import statistics
 import time
+from collections import Counter
 from typing import Any
 
 import prometheus_client
 
 from bench.issuance import _Context, _Registry
-from countersign._proto.v1 import signer_pb2
+from countersign._proto.v1 import signer_pb2, verifier_pb2
 from countersign.client.tls import TlsConfig
 from countersign.cosigning import root_write
 from countersign.records import Construction, Path
@@ -94,17 +96,8 @@ class RecordingClient:
 
 
 def _write_units(request: dict[str, Any]) -> tuple[int, int]:
-    """(items, write units) of one TransactWriteItems: a Put's item, or an Update's key and new values."""
-    units = 0
-    for part in request["TransactItems"]:
-        ((kind, body),) = part.items()
-        if kind == "Put":
-            item = body["Item"]
-        else:
-            values = body.get("ExpressionAttributeValues", {})
-            item = {**body["Key"], **{name.strip(":"): value for name, value in values.items()}}
-        units += 2 * math.ceil(item_bytes(item) / 1024)
-    return len(request["TransactItems"]), units
+    """(items, write units) of one TransactWriteItems."""
+    return len(request["TransactItems"]), int(_units("TransactWriteItems", request, {})[1])
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -160,6 +153,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "stream_read_units": sum(len(r["RequestItems"]["capacity"]["Keys"]) for _, r in stream_reads),
         "stream_writes": len(stream_writes),
         "stream_write_units": statistics.median(stream_units),
+        "verifier": verifier_costs(10 if quick else 20),
+        "verifier_calls": 10 if quick else 20,
     }
 
 
@@ -180,8 +175,165 @@ def report(results: dict[str, Any]) -> str:
         f"{results['stream_reads']} BatchGetItem in all ({results['stream_read_units']} read units, "
         f"{results['stream_read_units'] / results['stream_receipts']:.2f} a receipt), "
         f"{results['stream_writes']} TransactWriteItems ({results['stream_write_units']:.0f} write units each).",
+        "",
+        "What one VerifyPath costs a verifier's DynamoDB store (replay state and verdict log in one table), a depth-5",
+        "SIGNED-DAG path whose records are all new to the log (the most a verdict writes), mean per call:",
+        "",
+        "| call | requests | read units | write units | requests by operation |",
+        "|---|---:|---:|---:|---|",
+        *(
+            f"| {label} | {row['requests']:.1f} | {row['read_units']:.1f} | {row['write_units']:.1f} | "
+            + ", ".join(f"{name} {n / results['verifier_calls']:.0f}" for name, n in sorted(row["operations"].items()))
+            + " |"
+            for label, row in (
+                ("accept, a new path", results["verifier"]["accept"]),
+                ("audit, a new path", results["verifier"]["audit"]),
+                ("accept, the same path again (NONCE_REPLAYED)", results["verifier"]["replay"]),
+            )
+        ),
     ])  # fmt: skip
 
 
 def as_json(results: dict[str, Any]) -> str:
     return json.dumps(results, indent=2)
+
+
+# --- the verifier's side: one VerifyPath against a DynamoDB store ------------------------------------
+
+
+class _VerifyContext:
+    """A plaintext caller of VerifyPath in this process (the verifier runs without require_identity)."""
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+    def peer(self) -> str:
+        return "in-process"
+
+    def abort_with_status(self, status: Any) -> None:
+        raise RuntimeError(f"VerifyPath aborted: {status}")
+
+
+class CountingClient:
+    """A real DynamoDB client (here moto's, in this process) that keeps every request and its answer."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        if not callable(method) or name.startswith(("get_paginator", "meta", "exceptions")):
+            return method
+
+        def counted(**request: Any) -> Any:
+            answer = method(**request)
+            operation = self._client.meta.method_to_api_mapping.get(name, name)
+            self.calls.append((operation, request, answer))
+            return answer
+
+        return counted
+
+
+def _units(operation: str, request: dict[str, Any], answer: dict[str, Any]) -> tuple[float, float]:
+    """(read units, write units) of one request by DynamoDB's rules: a strongly consistent read a unit per
+    4 KB of each item (an absent one: one), a write a unit per KB, twice either inside a transaction."""
+
+    def written(item: dict[str, Any]) -> int:
+        return math.ceil(max(item_bytes(item), 1) / 1024)
+
+    def read(items: list[dict[str, Any]], asked: int) -> int:
+        return sum(math.ceil(max(item_bytes(i), 1) / 4096) for i in items) + max(0, asked - len(items))
+
+    if operation == "TransactWriteItems":
+        total = 0
+        for part in request["TransactItems"]:
+            ((_, body),) = part.items()
+            values = body.get("ExpressionAttributeValues", {})
+            item = body.get("Item") or {**body["Key"], **{k.strip(":"): v for k, v in values.items()}}
+            total += 2 * written(item)
+        return 0.0, float(total)
+    if operation == "BatchWriteItem":
+        parts = [p for requests in request["RequestItems"].values() for p in requests]
+        return 0.0, float(sum(written(p["PutRequest"]["Item"] if "PutRequest" in p else p["DeleteRequest"]["Key"])
+                              for p in parts))  # fmt: skip
+    if operation in ("PutItem", "UpdateItem", "DeleteItem"):
+        values = request.get("ExpressionAttributeValues", {})
+        item = request.get("Item") or {**request["Key"], **{k.strip(":"): v for k, v in values.items()}}
+        return 0.0, float(written(item))
+    if operation == "BatchGetItem":
+        asked = sum(len(t["Keys"]) for t in request["RequestItems"].values())
+        return float(read([i for items in answer.get("Responses", {}).values() for i in items], asked)), 0.0
+    if operation == "TransactGetItems":
+        items = [r["Item"] for r in answer.get("Responses", []) if "Item" in r]
+        return 2.0 * read(items, len(request["TransactItems"])), 0.0
+    if operation == "GetItem":
+        return float(read([answer["Item"]] if "Item" in answer else [], 1)), 0.0
+    if operation == "Query":
+        return float(math.ceil(max(sum(item_bytes(i) for i in answer.get("Items", [])), 1) / 4096)), 0.0
+    return 0.0, 0.0
+
+
+def verifier_costs(count: int) -> dict[str, dict[str, float]]:
+    """What one VerifyPath costs a verifier's DynamoDB store (its replay state and its verdict log), per
+    kind of call, averaged over ``count`` calls each: an accept of a new depth-5 path, an audit of one,
+    and the same path accepted again (the replay, refused). Against moto in this process (``mock_aws``):
+    the requests are the store's own; the units are counted from them by DynamoDB's rules."""
+    import boto3
+    from moto import mock_aws
+
+    from countersign.verify import DEFAULT_POLICY
+    from verifier.daemon import VerifierMetrics, VerifierService
+    from verifier.stores.dynamodb import DynamoDbState as VerifierDynamoDb
+    from verifier.stores.dynamodb import ensure_table
+    from verifier.verdict_log import VerdictLogMetrics, VerdictRecorder
+
+    deployers = ["deployer-a", "deployer-b", "deployer-c"]
+    mesh = SampleMesh.create(deployers, seed=b"bench-capacity-verifier")
+    output = b"an output\n"
+    url = "dynamodb://capacity-verifier?region=us-east-1"
+    with mock_aws():
+        ensure_table(url)
+        client = CountingClient(boto3.client("dynamodb", region_name="us-east-1"))
+        store = VerifierDynamoDb(url, client=client)
+        follower = _Registry(mesh.registry)
+        metrics_registry = prometheus_client.CollectorRegistry()
+        metrics = VerifierMetrics(metrics_registry, follower)  # type: ignore[arg-type]
+        log_metrics = VerdictLogMetrics(metrics_registry, store)
+        recorder = VerdictRecorder(
+            store, log_metrics, metrics.errors, lambda: mesh.registry, enabled=True, retention_ms=3_600_000
+        )
+        service = VerifierService(
+            state=store, follower=follower, policy=DEFAULT_POLICY, metrics=metrics,  # type: ignore[arg-type]
+            verdicts=recorder, verdict_log_metrics=log_metrics, require_identity=False,
+        )  # fmt: skip
+        context: Any = _VerifyContext()
+        results: dict[str, dict[str, float]] = {}
+        for kind in ("accept", "audit", "replay"):
+            calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+            for index in range(count):
+                path = mesh.issue_path(Construction.SIGNED_DAG, [*deployers, "deployer-a", "deployer-b"], output,
+                                       now_ms=time.time_ns() // 1_000_000)  # fmt: skip
+                mode = (
+                    verifier_pb2.VerifyPathRequest.AUDIT if kind == "audit" else verifier_pb2.VerifyPathRequest.ACCEPT
+                )
+                request = verifier_pb2.VerifyPathRequest(path=path.to_bytes(), output=output, mode=mode,
+                                                         request_id=f"{kind}-{index}")  # fmt: skip
+                if kind == "replay":
+                    first = service.VerifyPath(request, context)
+                    assert first.verdict.verdict == first.verdict.ACCEPT, first.verdict.reason
+                    request.request_id = f"{kind}-{index}-again"
+                client.calls.clear()
+                answer = service.VerifyPath(request, context)
+                expected = "NONCE_REPLAYED" if kind == "replay" else ""
+                assert answer.verdict.reason == expected, (kind, answer.verdict.reason)
+                calls += client.calls
+            units = [_units(operation, request, answer) for operation, request, answer in calls]
+            results[kind] = {
+                "requests": len(calls) / count,
+                "read_units": sum(u[0] for u in units) / count,
+                "write_units": sum(u[1] for u in units) / count,
+                "operations": dict(Counter(operation for operation, _, _ in calls)),  # type: ignore[dict-item]
+            }
+        store.close()
+    return results
