@@ -154,7 +154,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         "stream_writes": len(stream_writes),
         "stream_write_units": statistics.median(stream_units),
         "verifier": verifier_costs(10 if quick else 20),
-        "verifier_calls": 10 if quick else 20,
     }
 
 
@@ -183,7 +182,7 @@ def report(results: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---|",
         *(
             f"| {label} | {row['requests']:.1f} | {row['read_units']:.1f} | {row['write_units']:.1f} | "
-            + ", ".join(f"{name} {n / results['verifier_calls']:.0f}" for name, n in sorted(row["operations"].items()))
+            + ", ".join(f"{name} {n:.0f}" for name, n in sorted(row["operations"].items()))
             + " |"
             for label, row in (
                 ("accept, a new path", results["verifier"]["accept"]),
@@ -223,12 +222,12 @@ class CountingClient:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
-        if not callable(method) or name.startswith(("get_paginator", "meta", "exceptions")):
+        operation = self._client.meta.method_to_api_mapping.get(name)
+        if operation is None:  # not a DynamoDB request (meta, exceptions, paginators)
             return method
 
         def counted(**request: Any) -> Any:
             answer = method(**request)
-            operation = self._client.meta.method_to_api_mapping.get(name, name)
             self.calls.append((operation, request, answer))
             return answer
 
@@ -242,6 +241,11 @@ def _units(operation: str, request: dict[str, Any], answer: dict[str, Any]) -> t
     def written(item: dict[str, Any]) -> int:
         return math.ceil(max(item_bytes(item), 1) / 1024)
 
+    def put_or_update(body: dict[str, Any]) -> dict[str, Any]:
+        """A Put's item, or an Update's key and new values (a Delete or a ConditionCheck: its key)."""
+        values = body.get("ExpressionAttributeValues", {}) if "UpdateExpression" in body else {}
+        return body.get("Item") or {**body["Key"], **{k.strip(":"): v for k, v in values.items()}}
+
     def read(items: list[dict[str, Any]], asked: int) -> int:
         return sum(math.ceil(max(item_bytes(i), 1) / 4096) for i in items) + max(0, asked - len(items))
 
@@ -249,18 +253,14 @@ def _units(operation: str, request: dict[str, Any], answer: dict[str, Any]) -> t
         total = 0
         for part in request["TransactItems"]:
             ((_, body),) = part.items()
-            values = body.get("ExpressionAttributeValues", {})
-            item = body.get("Item") or {**body["Key"], **{k.strip(":"): v for k, v in values.items()}}
-            total += 2 * written(item)
+            total += 2 * written(put_or_update(body))
         return 0.0, float(total)
     if operation == "BatchWriteItem":
         parts = [p for requests in request["RequestItems"].values() for p in requests]
         return 0.0, float(sum(written(p["PutRequest"]["Item"] if "PutRequest" in p else p["DeleteRequest"]["Key"])
                               for p in parts))  # fmt: skip
     if operation in ("PutItem", "UpdateItem", "DeleteItem"):
-        values = request.get("ExpressionAttributeValues", {})
-        item = request.get("Item") or {**request["Key"], **{k.strip(":"): v for k, v in values.items()}}
-        return 0.0, float(written(item))
+        return 0.0, float(written(put_or_update(request)))
     if operation == "BatchGetItem":
         asked = sum(len(t["Keys"]) for t in request["RequestItems"].values())
         return float(read([i for items in answer.get("Responses", {}).values() for i in items], asked)), 0.0
@@ -333,7 +333,7 @@ def verifier_costs(count: int) -> dict[str, dict[str, float]]:
                 "requests": len(calls) / count,
                 "read_units": sum(u[0] for u in units) / count,
                 "write_units": sum(u[1] for u in units) / count,
-                "operations": dict(Counter(operation for operation, _, _ in calls)),  # type: ignore[dict-item]
+                "operations": {name: n / count for name, n in Counter(c[0] for c in calls).items()},  # type: ignore[dict-item]
             }
         store.close()
     return results
