@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from countersign.errors import ErrorCode, ServiceError
 
@@ -122,6 +122,38 @@ def _no_answer(service: str) -> ServiceError:
     return ServiceError(ErrorCode.DEADLINE_EXCEEDED, f"no {service} replica answered in time", retryable=True)
 
 
+class _Attempts(Generic[R]):
+    """What each attempt of :func:`ask_replicas` (or its asyncio twin) means for the call: one decision
+    for both, so the two loops differ only in how they wait and ask."""
+
+    def __init__(self, order: ReplicaOrder, service: str, settles: Callable[[R], bool]) -> None:
+        self._order, self._service, self._settles = order, service, settles
+        self._last: ServiceError | None = None
+        self._unsettled: list[R] = []
+
+    def failed(self, index: int, error: ServiceError) -> None:
+        """A replica failed: re-raise a non-retryable failure; a retryable one moves on to the next."""
+        if not retryable(error):
+            raise error
+        self._order.failed(index, error.code)
+        self._last = error
+
+    def settled(self, index: int, answer: R) -> bool:
+        """True when ``answer`` settles the call; otherwise it is kept and the next replica is asked."""
+        if not self._settles(answer):
+            self._order.failed(index, "REGISTRY_STALE")
+            self._unsettled.append(answer)
+            return False
+        self._order.answered(index)
+        return True
+
+    def outcome(self) -> R:
+        """No replica settled the call: the last unsettled answer, else the last retryable failure."""
+        if self._unsettled:
+            return self._unsettled[-1]
+        raise self._last or _no_answer(self._service)
+
+
 def ask_replicas(
     order: ReplicaOrder,
     replicas: Sequence[T],
@@ -136,28 +168,18 @@ def ask_replicas(
     does an answer that does not ``settle`` the call (a verifier's ``REGISTRY_STALE`` verdict: that
     replica checked nothing); the last such answer is returned if no replica settles it. Raises the
     last retryable failure (or DEADLINE_EXCEEDED) when none answered, a non-retryable one at once."""
-    last: ServiceError | None = None
-    unsettled: list[R] = []
+    attempts = _Attempts(order, service, settles)
     for index, attempt_s, pause in order.plan(timeout_s, whole=whole):
         if pause:
             time.sleep(pause)
         try:
             answer = ask(replicas[index], attempt_s)
         except ServiceError as error:
-            if not retryable(error):
-                raise
-            order.failed(index, error.code)
-            last = error
+            attempts.failed(index, error)
             continue
-        if not settles(answer):
-            order.failed(index, "REGISTRY_STALE")
-            unsettled.append(answer)
-            continue
-        order.answered(index)
-        return answer
-    if unsettled:
-        return unsettled[-1]
-    raise last or _no_answer(service)
+        if attempts.settled(index, answer):
+            return answer
+    return attempts.outcome()
 
 
 async def aask_replicas(
@@ -171,25 +193,15 @@ async def aask_replicas(
     settles: Callable[[R], bool] = lambda answer: True,
 ) -> R:
     """:func:`ask_replicas` on an event loop."""
-    last: ServiceError | None = None
-    unsettled: list[R] = []
+    attempts = _Attempts(order, service, settles)
     for index, attempt_s, pause in order.plan(timeout_s, whole=whole):
         if pause:
             await asyncio.sleep(pause)
         try:
             answer = await ask(replicas[index], attempt_s)
         except ServiceError as error:
-            if not retryable(error):
-                raise
-            order.failed(index, error.code)
-            last = error
+            attempts.failed(index, error)
             continue
-        if not settles(answer):
-            order.failed(index, "REGISTRY_STALE")
-            unsettled.append(answer)
-            continue
-        order.answered(index)
-        return answer
-    if unsettled:
-        return unsettled[-1]
-    raise last or _no_answer(service)
+        if attempts.settled(index, answer):
+            return answer
+    return attempts.outcome()
