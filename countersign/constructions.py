@@ -11,6 +11,7 @@ import functools
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from countersign.canonical import b64url_decode_validated, b64url_encode, canonicalize_validated, pae
 from countersign.keys import PublicKey, Signer
@@ -52,7 +53,16 @@ def record_signing_input(construction: Construction, envelope: Envelope) -> byte
     if construction is Construction.NAIVE_SIG:
         view = {k: v for k, v in envelope.record_json.items() if k not in NAIVE_SIG_UNSIGNED_FIELDS}
         return pae(PAYLOAD_TYPE_NODE, canonicalize_validated(view))
-    return pae(PAYLOAD_TYPE_NODE, envelope.record_bytes())
+    return node_signing_input(envelope.record_bytes())
+
+
+def node_signing_input(record_bytes: bytes) -> bytes:
+    """``pae(PAYLOAD_TYPE_NODE, record_bytes)`` with its prefix encoded once: what a signature over a
+    whole record covers (every construction but NAIVE-SIG), made once per record a verifier checks."""
+    return _NODE_PAE_PREFIX + b"%d %b" % (len(record_bytes), record_bytes)
+
+
+_NODE_PAE_PREFIX: Final = pae(PAYLOAD_TYPE_NODE, b"")[: -len(b"0 ")]
 
 
 def parent_link(construction: Construction, prefix: Sequence[Envelope]) -> str | None:

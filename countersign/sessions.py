@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from countersign.canonical import JsonValue, b64url_decode_validated
-from countersign.constructions import parent_link, record_signing_input
+from countersign.constructions import node_signing_input, parent_link, record_signing_input
 from countersign.errors import MalformedError
 from countersign.policy import ConsumerPolicy
 from countersign.reasons import Attribution, Reason, VerificationResult
@@ -32,6 +32,7 @@ from countersign.records import (
     NONCE_PATTERN,
     RECORD_KEYS,
     SIGNATURE_PATTERN,
+    Construction,
     Envelope,
     NodeRecord,
     OutputReceipt,
@@ -45,7 +46,7 @@ from countersign.records import (
     parse_json,
 )
 from countersign.registry import KeyProblem, Registry
-from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState, new_leaf_nonce
 from countersign.verify import (
     DEFAULT_POLICY,
     SERIAL,
@@ -277,23 +278,31 @@ class SessionCheck:
 
 @dataclass(frozen=True, slots=True)
 class _AgentPrefix:
-    """What the checks of a record under the agent's leaf need from the agent path (spec 6.4)."""
+    """What the checks of a record under the agent's leaf need from the agent path (spec 6.4), and the
+    leaf's construction's properties, read once for a session's receipts instead of once each."""
 
     leaf: NodeRecord
     link: str | None
     position: int
     depth_limit: int
     nonces: frozenset[str]
+    signed: bool
+    cosigns_edges: bool
+    naive_sig: bool
 
     @classmethod
     def of(cls, agent: Path) -> _AgentPrefix:
         limits = [e.record.policy.max_depth for e in agent.envelopes if e.record.policy.max_depth is not None]
+        construction = agent.leaf.record.construction
         return cls(
             agent.leaf.record,
-            parent_link(agent.leaf.record.construction, agent.envelopes),
+            parent_link(construction, agent.envelopes),
             len(agent),
             min([MAX_DEPTH, *limits]),
             frozenset(e.record.nonce for e in agent.envelopes),
+            construction.signed,
+            construction.cosigns_edges,
+            construction is Construction.NAIVE_SIG,
         )
 
 
@@ -309,13 +318,19 @@ def _receipt_walk(
     construction = parent.construction
     if record.construction is not construction:
         return VerificationResult.reject(Reason.MALFORMED, index, "records of one path share a construction")
-    if construction.signed:
+    if prefix.signed:
         key = registry.resolve(record.deployer, record.key_id, record.created_ms)
         if isinstance(key, KeyProblem):
             return VerificationResult.reject(key.reason, index, key.detail)
-        assert receipt.sig is not None
-        message = record_signing_input(construction, receipt)
-        if not key.verify(message, b64url_decode_validated(receipt.sig)):
+        sig = receipt.sig
+        assert sig is not None
+        # record_signing_input, without its NAIVE-SIG test and call for each receipt
+        message = (
+            record_signing_input(construction, receipt)
+            if prefix.naive_sig
+            else node_signing_input(receipt.record_bytes())
+        )
+        if not key.verify(message, b64url_decode_validated(sig)):
             return VerificationResult.reject(Reason.BAD_SIGNATURE, index, "primary signature does not verify")
     skew = policy.clock_skew_ms
     if record.created_ms > now_ms + skew:
@@ -325,7 +340,7 @@ def _receipt_walk(
     violation = edge_violation(parent, prefix.link, record, index)
     if violation is not None:
         return VerificationResult.reject(violation.reason, index, violation.detail)
-    if construction.cosigns_edges and record.cosigs:
+    if prefix.cosigns_edges and record.cosigs:
         return VerificationResult.reject(Reason.MALFORMED, index, "a same-deployer edge carries no co-signatures")
     own = record.policy.max_depth
     if index > (prefix.depth_limit if own is None else min(prefix.depth_limit, own)):
@@ -333,6 +348,17 @@ def _receipt_walk(
     if record.nonce in prefix.nonces:
         return VerificationResult.reject(Reason.DUPLICATE_NONCE, index, "nonce repeats inside the path")
     return None
+
+
+def _out_of_order(receipts: Sequence[Envelope], index: int, seq: int) -> tuple[Reason, int, str]:
+    """Why the receipt at ``index`` carries ``seq`` instead: its own receipt comes later (reordered),
+    one is missing before it (a gap), or it repeats a position (a second receipt for it)."""
+    later = [None if r.record.output is None else r.record.output.seq for r in receipts[index + 1 :]]
+    if index in later:
+        return Reason.SESSION_REORDERED, index, f"seq {seq} at position {index}"
+    if seq > index:
+        return Reason.SESSION_GAP, index, f"seq {seq} at position {index}: a receipt is missing"
+    return Reason.SESSION_CHAIN_BROKEN, index, f"a second receipt for position {seq}"
 
 
 def _reject(reason: Reason, index: int | None, detail: str) -> SessionCheck:
@@ -363,18 +389,19 @@ def check_session_evidence(
         raise ValueError(f"{len(outputs)} outputs for {len(receipts)} receipts")
     agent = session.agent
     agent_record = agent.leaf.record
+    agent_deployer = agent_record.deployer
     link = parent_link(agent.envelopes[0].record.construction, agent.envelopes)
     digests = [receipt.digest() for receipt in receipts]
-    copies = Counter(digests)
-    seqs = [None if r.record.output is None else r.record.output.seq for r in receipts]
+    # Counted only when some receipt is there twice: most sessions have none, and a set says so.
+    copies = Counter(digests) if len(set(digests)) != len(digests) else None
     edges: list[ChildEdge] = []
     leaves: list[LeafNonce] = []
-    first_output = None
+    first_output = before = None
     first_stream = None
     skew = policy.clock_skew_ms
     for index, receipt in enumerate(receipts):
         record = receipt.record
-        if record.parent != link or record.deployer != agent_record.deployer:
+        if record.parent != link or record.deployer != agent_deployer:
             return _reject(
                 Reason.SESSION_AGENT_MISMATCH, index, "the receipt was not issued under the session's agent record"
             )
@@ -398,35 +425,30 @@ def check_session_evidence(
         output = record.output
         if output is None:
             return _reject(Reason.OUTPUT_MISSING, index, "the receipt has no output section")
-        if index == 0:
+        if first_output is None:
             first_output = output
-        assert first_output is not None
-        if output.session != first_output.session:
+        elif output.session != first_output.session:
             return _reject(Reason.SESSION_MISMATCH, index, f"receipt of session {output.session!r}")
         if output.stream is not None:
             if first_stream is None:
                 first_stream = output.stream
             elif (output.stream.unit, output.stream.n) != (first_stream.unit, first_stream.n):
                 return _reject(Reason.SESSION_MISMATCH, index, "the chunk belongs to another stream of the session")
-        if index > 0:
-            before = receipts[index - 1].record.output
-            assert before is not None
-            if before.close is not None:
-                return _reject(Reason.SESSION_AFTER_CLOSE, index, "a receipt follows the close receipt")
-        if copies[digests[index]] > 1:
+        if before is not None and before.close is not None:
+            return _reject(Reason.SESSION_AFTER_CLOSE, index, "a receipt follows the close receipt")
+        if copies is not None and copies[digests[index]] > 1:
             return _reject(Reason.SESSION_DUPLICATE, index, "the receipt is presented more than once")
         if output.seq != index:
-            if index in seqs[index + 1 :]:
-                return _reject(Reason.SESSION_REORDERED, index, f"seq {output.seq} at position {index}")
-            if output.seq > index:
-                return _reject(Reason.SESSION_GAP, index, f"seq {output.seq} at position {index}: a receipt is missing")
-            return _reject(Reason.SESSION_CHAIN_BROKEN, index, f"a second receipt for position {output.seq}")
+            return _reject(*_out_of_order(receipts, index, output.seq))
         if index > 0 and output.prev != digests[index - 1]:
             return _reject(Reason.SESSION_CHAIN_BROKEN, index, "prev is not the digest of the receipt before")
         presented = None if outputs is None else outputs[index]
         if presented is not None and output_digest(presented) != output.sha256:
             return _reject(Reason.SESSION_OUTPUT_MISMATCH, index, "SHA-256 of the output differs from the signed hash")
-        leaves.append(LeafNonce(replay_key(record.deployer, record.nonce), record.expires_ms + skew, index, request_id))
+        leaves.append(
+            new_leaf_nonce(replay_key(agent_deployer, record.nonce), record.expires_ms + skew, index, request_id)
+        )
+        before = output
     last = receipts[-1].record.output
     assert last is not None
     if require_closed and last.close is None:

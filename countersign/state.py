@@ -20,9 +20,10 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from countersign.reasons import Reason
+from countersign.records import same_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,22 @@ class LeafNonce:
     retain_until_ms: int
     index: int
     request_id: str = ""
+
+
+def new_leaf_nonce(nonce: str, retain_until_ms: int, index: int, request_id: str) -> LeafNonce:
+    """``LeafNonce(...)`` without the frozen dataclass's generated ``__init__`` (as
+    :func:`countersign.records.new_record`): a session's check makes one per receipt."""
+    leaf: Any = _NEW(_LEAF_NONCE_LAYOUT)
+    leaf.nonce = nonce
+    leaf.retain_until_ms = retain_until_ms
+    leaf.index = index
+    leaf.request_id = request_id
+    leaf.__class__ = LeafNonce
+    return leaf  # type: ignore[no-any-return]
+
+
+_NEW: Final[Callable[[type], Any]] = object.__new__
+_LEAF_NONCE_LAYOUT: Final = same_layout(LeafNonce)
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,6 +254,19 @@ CORPUS_SESSIONS = mutation_corpus([session.to_json() for session in SESSIONS], 6
 # Every string of a co-signed path and of a session with streams, one at a time, as a near miss.
 CORPUS_PATHS += [(text, False) for text in near_misses(PATHS[-1].to_json())]
 CORPUS_SESSIONS += [(text, False) for text in near_misses(SESSIONS[-1].to_json())]
+
+
+def _nonces_of_widths(path: Path, widths: tuple[int, ...]) -> bytes:
+    """``path`` with its records' nonces, from the second on, of these widths (hex digits, or only)."""
+    value = path.to_json()
+    for envelope, width in zip(value["envelopes"][1:], widths, strict=False):
+        envelope["record"]["nonce"] = "0123456789abcdef"[width % 16] * width
+    return write_json(value)
+
+
+# Two nonces whose widths add up to one nonce's and a newline: joined, they could pass for one nonce
+# if the hex patterns' joined match (which holds the newline in its class) did not count the width.
+CORPUS_PATHS += [(_nonces_of_widths(PATHS[-1], widths), False) for widths in ((32, 10, 21), (10, 21, 32))]
 PATH_VECTORS = sorted((VECTORS / "valid").glob("*.json")) + sorted((VECTORS / "invalid").glob("*.json"))
 
 
@@ -280,6 +293,7 @@ MUTANTS: dict[str, tuple[object, str, Any]] = {
     "compiled: no deployer pattern": (_compiled_parse, "_DEPLOYERS", _anything),
     "compiled: no key_id pattern": (_compiled_parse, "_KEY_IDS", _anything),
     "compiled: a newline may split a string": (_compiled_parse._Strings, "check", _lenient_check),
+    "compiled: hex strings of any width": (_compiled_parse, "_width_holds", lambda text, width: True),
     "compiled: every receipt taken as the first": (_compiled_parse, "_SHARED", lambda struct: ()),
     # the reference parser with one rule dropped, or made stricter than the spec
     "reference: any nonce": (records, "NONCE_PATTERN", re.compile(r".*", re.DOTALL)),

@@ -14,7 +14,7 @@ from countersign import records
 from countersign.errors import MalformedError
 from countersign.reasons import Reason, Verdict
 from countersign.records import MAX_INPUT_BYTES, Construction, NodeRecord, Path, parse_json
-from countersign.state import InMemoryState
+from countersign.state import InMemoryState, LeafNonce, new_leaf_nonce
 from countersign.verify import Mode, VerifierPolicy, verify_path_bytes
 
 from .strategies import MESH, NOW_MS, valid_paths
@@ -166,8 +166,9 @@ def test_digest_and_serialisation_reuse_the_encoded_record(monkeypatch: pytest.M
 
 @given(valid_paths())
 def test_the_fast_constructors_make_what_the_classes_make(case: tuple) -> None:
-    """new_record, new_output, new_cosignature and new_envelope skip the generated ``__init__``: every
-    slot is set, and the result equals (and hashes as) the object the class builds from the same values."""
+    """new_record, new_output, new_cosignature, new_agent, new_envelope and new_leaf_nonce skip the
+    generated ``__init__``: every slot is set, and the result is of the class and equals (and hashes as)
+    the object the class builds from the same values."""
     path, _ = case
     for envelope in path.envelopes:
         record = envelope.record
@@ -178,9 +179,13 @@ def test_the_fast_constructors_make_what_the_classes_make(case: tuple) -> None:
             pairs.append((records.new_output(*values), records.OutputReceipt(*values)))
         for cosig in record.cosigs:
             pairs.append((records.new_cosignature(cosig.role, cosig.deployer, cosig.key_id, cosig.sig), cosig))
+        pairs.append((records.new_agent(record.agent.instance, record.agent.system), record.agent))
+        leaf = (f"{record.deployer}:{record.nonce}", record.expires_ms, record.depth, record.nonce[:8])
+        pairs.append((new_leaf_nonce(*leaf), LeafNonce(*leaf)))
         fresh = records.new_envelope(record, envelope.key_id, envelope.sig, envelope.record_bytes())
         pairs.append((fresh, records.Envelope(record, envelope.key_id, envelope.sig)))
         for made, built in pairs:
+            assert type(made) is type(built)
             assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
             slots = type(built).__slots__
             assert all(hasattr(made, name) for name in slots)  # every slot set, the private caches too
