@@ -36,11 +36,11 @@ def test_the_headline_runs_every_row_in_the_same_rounds() -> None:
     head = core.headline(mesh, quick=True)
     assert head["signatures"] == 13
     for name in ("raw", "audit", "audit_sqlite", "audit_lanes", "accept", "parsed", "parsed_sqlite", "sibling",
-                 "again", "commit", "json", "decode"):  # fmt: skip
+                 "again", "commit", "json", "read"):  # fmt: skip
         assert head["median_us"][name] > 0
     assert head["ratio_to_raw"]["raw"]["median"] == 1.0
     assert head["accept_floor"]["median"] > 1.0  # the raw verifies plus a durable commit
-    assert head["audit_floor"]["median"] > 1.0  # the raw verifies plus the walk and a plain JSON read
+    assert head["audit_floor"]["median"] > 1.0  # the raw verifies plus the walk and a plain read of the bytes
     assert head["audit_sqlite_floor"]["median"] > 1.0
     text = "\n".join(core.headline_report(head))
     assert "from bytes, audit" in text and "sibling under a cached depth-4 prefix" in text
