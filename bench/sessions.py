@@ -41,6 +41,7 @@ from countersign.sessions import SessionEvidence, check_session_evidence_bytes
 NOW_MS = 1_780_000_000_000
 SIZES = (10, 100, 1_000)
 TARGET_RATIO = 1.3
+TARGET_FROM_OUTPUTS = 100  # the target is per receipt from 100 outputs on (issue 32)
 CHUNK_BYTES = 256  # a few dozen tokens of text per signed chunk
 
 
@@ -204,13 +205,17 @@ def report(results: dict[str, Any]) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["verification"]:
-        mark = "met" if row["ratio"] <= TARGET_RATIO else "missed"
+        if row["outputs"] < TARGET_FROM_OUTPUTS:
+            target = f"none (≤ {TARGET_RATIO}x from {TARGET_FROM_OUTPUTS:,} outputs on)"
+        else:
+            target = f"≤ {TARGET_RATIO}x {'met' if row['ratio'] <= TARGET_RATIO else 'missed'}"
         lines.append(
             f"| {row['outputs']:,} | {row['receipts']:,} | {row['bytes']:,} | {row['raw_us']:.1f} | "
             f"{row['check_us']:.1f} | {row['ratio']:.2f}x ({row['ratio_min']:.2f}x) | {row['floor_ratio']:.2f}x | "
-            f"≤ {TARGET_RATIO}x {mark} |"
+            f"{target} |"
         )
-    floor = max(row["floor_ratio"] for row in results["verification"])
+    targeted = [row["floor_ratio"] for row in results["verification"] if row["outputs"] >= TARGET_FROM_OUTPUTS]
+    floor = max(targeted, default=0.0)
     if floor >= TARGET_RATIO:
         lines.append(
             f"\nThe floor ({floor:.2f}x: read, canonical record bytes, two digests, the agent path's share) is "
