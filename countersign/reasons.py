@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Final
 
 from countersign.canonical import JsonValue
 from countersign.errors import PathRejected
-from countersign.records import BindingScope, Construction, CoSignature
+from countersign.records import BindingScope, Construction, CoSignature, same_layout
 
 
 class Verdict(enum.StrEnum):
@@ -165,6 +167,65 @@ class Attribution:
     emitter: Emitter
     edges: tuple[ProvenEdge, ...]
     registry_sequence: int
+
+
+def new_emitter(
+    index: int,
+    deployer: str,
+    key_id: str,
+    agent_instance: str,
+    agent_system: str,
+    construction: Construction,
+    created_ms: int,
+    output_sha256: str,
+    binding_scope: BindingScope,
+    session: str,
+    seq: int,
+) -> Emitter:
+    """``Emitter(...)`` without the generated ``__init__`` (as :func:`countersign.records.new_record`):
+    every verdict that holds names one."""
+    emitter: Any = _NEW(_EMITTER_LAYOUT)
+    emitter.index = index
+    emitter.deployer = deployer
+    emitter.key_id = key_id
+    emitter.agent_instance = agent_instance
+    emitter.agent_system = agent_system
+    emitter.construction = construction
+    emitter.created_ms = created_ms
+    emitter.output_sha256 = output_sha256
+    emitter.binding_scope = binding_scope
+    emitter.session = session
+    emitter.seq = seq
+    emitter.__class__ = Emitter
+    return emitter  # type: ignore[no-any-return]
+
+
+def new_proven_edge(
+    index: int,
+    parent_deployer: str,
+    parent_key_id: str,
+    deployer: str,
+    key_id: str,
+    construction: Construction,
+    cross_deployer: bool,
+    cosigners: tuple[CoSignature, ...],
+) -> ProvenEdge:
+    """``ProvenEdge(...)`` without the generated ``__init__``: a verdict names one per edge."""
+    edge: Any = _NEW(_PROVEN_EDGE_LAYOUT)
+    edge.index = index
+    edge.parent_deployer = parent_deployer
+    edge.parent_key_id = parent_key_id
+    edge.deployer = deployer
+    edge.key_id = key_id
+    edge.construction = construction
+    edge.cross_deployer = cross_deployer
+    edge.cosigners = cosigners
+    edge.__class__ = ProvenEdge
+    return edge  # type: ignore[no-any-return]
+
+
+_NEW: Final[Callable[[type], Any]] = object.__new__
+_EMITTER_LAYOUT, _PROVEN_EDGE_LAYOUT = same_layout(Emitter), same_layout(ProvenEdge)
 
 
 @dataclass(frozen=True, slots=True)

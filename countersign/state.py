@@ -68,8 +68,22 @@ def new_leaf_nonce(nonce: str, retain_until_ms: int, index: int, request_id: str
     return leaf  # type: ignore[no-any-return]
 
 
+def new_child_edge(
+    parent_digest: str, child_nonce: str, max_children: int, retain_until_ms: int, index: int
+) -> ChildEdge:
+    """``ChildEdge(...)`` without the generated ``__init__``: the walk makes one per counted edge."""
+    edge: Any = _NEW(_CHILD_EDGE_LAYOUT)
+    edge.parent_digest = parent_digest
+    edge.child_nonce = child_nonce
+    edge.max_children = max_children
+    edge.retain_until_ms = retain_until_ms
+    edge.index = index
+    edge.__class__ = ChildEdge
+    return edge  # type: ignore[no-any-return]
+
+
 _NEW: Final[Callable[[type], Any]] = object.__new__
-_LEAF_NONCE_LAYOUT: Final = same_layout(LeafNonce)
+_LEAF_NONCE_LAYOUT, _CHILD_EDGE_LAYOUT = same_layout(LeafNonce), same_layout(ChildEdge)
 
 
 @dataclass(frozen=True, slots=True)

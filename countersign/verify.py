@@ -11,7 +11,7 @@ import enum
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from countersign.canonical import DIGEST_PREFIX, b64url_decode_validated, sha256_digest
 from countersign.constructions import edge_manifest, edge_signing_input, record_signing_input
@@ -20,10 +20,18 @@ from countersign.keys import PublicKey
 from countersign.merkle import MerkleAccumulator
 from countersign.policy import ConsumerPolicy
 from countersign.prefix_cache import PrefixCache, PrefixState
-from countersign.reasons import Attribution, Emitter, ProvenEdge, Reason, VerificationResult
-from countersign.records import MAX_DEPTH, Construction, Envelope, NodeRecord, Path, UnsupportedVersionError
+from countersign.reasons import Attribution, Reason, VerificationResult, new_emitter, new_proven_edge
+from countersign.records import (
+    MAX_DEPTH,
+    Construction,
+    CoSignerRole,
+    Envelope,
+    NodeRecord,
+    Path,
+    UnsupportedVersionError,
+)
 from countersign.registry import KeyProblem, Registry
-from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState
+from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState, new_child_edge
 
 
 class Mode(enum.StrEnum):
@@ -252,7 +260,7 @@ def attribute(path: Path, registry_sequence: int) -> Attribution:
     for index in range(1, len(envelopes)):
         record = envelopes[index].record
         edges.append(
-            ProvenEdge(
+            new_proven_edge(
                 index,
                 parent.deployer,
                 parent.key_id,
@@ -264,7 +272,7 @@ def attribute(path: Path, registry_sequence: int) -> Attribution:
             )
         )
         parent = record
-    emitter = Emitter(
+    emitter = new_emitter(
         len(envelopes) - 1,
         leaf.deployer,
         leaf.key_id,
@@ -540,7 +548,7 @@ def _collect(
         record_bytes = envelope.record_bytes()
 
         if check_primary:
-            key = _resolve(registry, record.deployer, record.key_id, record.created_ms, index, _STEP_KEY, "")
+            key = _resolve(registry, record.deployer, record.key_id, record.created_ms, index, _STEP_KEY, None)
             assert envelope.sig is not None
             message = record_signing_input(construction, envelope)
             checks.append(
@@ -584,7 +592,7 @@ def _collect(
                 )
             if enforces_fanout and not is_receipt_edge(parent_record, record):
                 edges.append(
-                    ChildEdge(
+                    new_child_edge(
                         parent_digest,
                         replay_key(record.deployer, record.nonce),
                         parent_record.max_children,
@@ -625,10 +633,13 @@ def _collect(
         parent = envelope
 
 
-def _resolve(registry: Registry, deployer: str, key_id: str, at_ms: int, index: int, step: int, who: str) -> PublicKey:
+def _resolve(
+    registry: Registry, deployer: str, key_id: str, at_ms: int, index: int, step: int, role: CoSignerRole | None
+) -> PublicKey:
+    """The key, or the failure naming it (and the co-signer's role, for a co-signature's key)."""
     key = registry.resolve(deployer, key_id, at_ms)
     if isinstance(key, KeyProblem):
-        raise _Failure(index, step, key.reason, who + key.detail)
+        raise _Failure(index, step, key.reason, key.detail if role is None else f"{role} co-signer: {key.detail}")
     return key
 
 
@@ -658,16 +669,13 @@ def _collect_cosignatures(
         (parent_cosig, _STEP_PARENT_COSIG_KEY, _STEP_PARENT_COSIG),
         (child_cosig, _STEP_CHILD_COSIG_KEY, _STEP_CHILD_COSIG),
     ):
-        key = _resolve(
-            registry, cosig.deployer, cosig.key_id, record.created_ms, index, key_step, f"{cosig.role} co-signer: "
-        )
+        key = _resolve(registry, cosig.deployer, cosig.key_id, record.created_ms, index, key_step, cosig.role)
         checks.append(
             SignatureCheck(
-                (index, sig_step),
-                key,
-                message,
-                cosig.sig,
-                Reason.BAD_COSIGNATURE,
-                f"{cosig.role} co-signature does not verify",
+                (index, sig_step), key, message, cosig.sig, Reason.BAD_COSIGNATURE, _COSIGNATURE_FAILS[cosig.role]
             )
         )
+
+
+# What a failed co-signature check says, by role: written once, not for every co-signature checked.
+_COSIGNATURE_FAILS: Final = {role: f"{role} co-signature does not verify" for role in CoSignerRole}

@@ -14,7 +14,7 @@ from countersign import records
 from countersign.errors import MalformedError
 from countersign.reasons import Reason, Verdict
 from countersign.records import MAX_INPUT_BYTES, Construction, NodeRecord, Path, parse_json
-from countersign.state import InMemoryState, LeafNonce, new_leaf_nonce
+from countersign.state import ChildEdge, InMemoryState, LeafNonce, new_child_edge, new_leaf_nonce
 from countersign.verify import Mode, VerifierPolicy, verify_path_bytes
 
 from .strategies import MESH, NOW_MS, valid_paths
@@ -166,7 +166,7 @@ def test_digest_and_serialisation_reuse_the_encoded_record(monkeypatch: pytest.M
 
 @given(valid_paths())
 def test_the_fast_constructors_make_what_the_classes_make(case: tuple) -> None:
-    """new_record, new_output, new_cosignature, new_agent, new_envelope and new_leaf_nonce skip the
+    """new_record, new_output, new_cosignature, new_agent, new_envelope, new_leaf_nonce and new_child_edge skip the
     generated ``__init__``: every slot is set, and the result is of the class and equals (and hashes as)
     the object the class builds from the same values."""
     path, _ = case
@@ -182,6 +182,8 @@ def test_the_fast_constructors_make_what_the_classes_make(case: tuple) -> None:
         pairs.append((records.new_agent(record.agent.instance, record.agent.system), record.agent))
         leaf = (f"{record.deployer}:{record.nonce}", record.expires_ms, record.depth, record.nonce[:8])
         pairs.append((new_leaf_nonce(*leaf), LeafNonce(*leaf)))
+        edge = (envelope.digest(), f"{record.deployer}:{record.nonce}", record.max_children, record.expires_ms, 1)
+        pairs.append((new_child_edge(*edge), ChildEdge(*edge)))
         fresh = records.new_envelope(record, envelope.key_id, envelope.sig, envelope.record_bytes())
         pairs.append((fresh, records.Envelope(record, envelope.key_id, envelope.sig)))
         for made, built in pairs:

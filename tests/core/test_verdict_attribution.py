@@ -146,3 +146,15 @@ def test_a_one_record_path_has_an_emitter_and_no_edges() -> None:
     assert attribution.edges == ()
     assert (attribution.emitter.index, attribution.emitter.deployer) == (0, "deployer-c")
     assert verify(path, b"alone").to_json()["edges"] == []
+
+
+@given(valid_paths())
+def test_the_attributions_fast_constructors_make_what_the_classes_make(case: tuple[Path, bytes]) -> None:
+    """The emitter and the edges are built without their generated ``__init__`` (new_emitter,
+    new_proven_edge): each is of its class and equals, hashes and prints as the object the class builds."""
+    path, output = case
+    attribution = proven(verify(path, output))
+    made = [attribution.emitter, *attribution.edges]
+    built = [type(item)(*(getattr(item, name) for name in type(item).__slots__)) for item in made]
+    for fast, slow in zip(made, built, strict=True):
+        assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
