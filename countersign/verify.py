@@ -31,7 +31,7 @@ from countersign.records import (
     UnsupportedVersionError,
 )
 from countersign.registry import KeyProblem, Registry
-from countersign.state import ChildEdge, EarlierAcceptance, LeafNonce, VerifierState, new_child_edge
+from countersign.state import ChildEdge, EarlierAcceptance, VerifierState, new_child_edge, new_leaf_nonce
 
 
 class Mode(enum.StrEnum):
@@ -193,7 +193,7 @@ def verify_path(
         refusal = policy_refusal(path, consumer_policy, attribution, now_ms)
         if refusal is not None:  # a reject is falsy: compare with None
             return refusal
-    leaf_nonce = LeafNonce(
+    leaf_nonce = new_leaf_nonce(
         replay_key(leaf.deployer, leaf.nonce), leaf.expires_ms + policy.clock_skew_ms, leaf_index, request_id
     )
     rejection = state.admit(edges, leaf_nonce, consume=mode is Mode.ACCEPT, now_ms=now_ms)
