@@ -62,6 +62,7 @@ class CoordinatorConfig:
     max_workers: int = 64
     limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)  # per-peer limits ([limits])
     ready_file: str = ""
+    lifeline_fd: int = -1  # set by a supervisor that starts the daemon (the local mesh): see run_daemon
     log_level: str = "info"
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
 

@@ -132,6 +132,9 @@ class LocalMesh:
     daemons: dict[str, Daemon] = field(default_factory=dict, init=False)
     checkpoints: CheckpointLoop | None = field(default=None, init=False)
     operator_head: KnownHead = field(default_factory=KnownHead, init=False)
+    # A pipe whose read end every daemon inherits (lifeline_fd): this process holds the write end, so
+    # when it ends, even by SIGKILL, every daemon it started reads end of file and stops.
+    lifeline: tuple[int, int] | None = field(default=None, init=False)
 
     @property
     def lifetime_ms(self) -> int:
@@ -271,10 +274,15 @@ class LocalMesh:
             env["COUNTERSIGN_LISTEN"] = daemon.address
             env["COUNTERSIGN_METRICS_LISTEN"] = f"{daemon.host}:{daemon.metrics_port}"
         daemon.ready_file.unlink(missing_ok=True)
+        if self.lifeline is None:
+            self.lifeline = os.pipe()
+        env["COUNTERSIGN_LIFELINE_FD"] = str(self.lifeline[0])
         argv = [sys.executable, "-m", "countersign_cli", daemon.kind, "serve", "--config", str(daemon.config)]
         log = daemon.log_file.open("ab")
         # The command is our own interpreter and module with paths this object wrote: nothing untrusted.
-        daemon.process = subprocess.Popen(self.launcher(name, argv), stdout=log, stderr=log, env=env)  # noqa: S603
+        daemon.process = subprocess.Popen(  # noqa: S603
+            self.launcher(name, argv), stdout=log, stderr=log, env=env, pass_fds=(self.lifeline[0],)
+        )
         log.close()
         deadline = time.monotonic() + timeout_s
         while not daemon.ready_file.exists():
@@ -334,6 +342,10 @@ class LocalMesh:
         codes = {}
         for name in reversed(list(self.daemons)):
             codes[name] = self.stop(name)
+        if self.lifeline is not None:  # none runs now: a later start opens a new one
+            for fd in self.lifeline:
+                os.close(fd)
+            self.lifeline = None
         return codes
 
     def log_tail(self, name: str, lines: int = 30) -> str:

@@ -293,6 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             metrics_listen=config.metrics_listen,
             metrics_registry=daemon.metrics_registry,
             ready_file=config.ready_file,
+            lifeline_fd=config.lifeline_fd,
             log_level=config.log_level,
             # Threads for calls, plus one per lane a verifier may hold open (each holds its thread).
             max_workers=worker_count(getattr(config, "max_workers", 0)) + getattr(config, "max_lanes", 0),

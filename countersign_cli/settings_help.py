@@ -15,6 +15,8 @@ MEANINGS = {
     "listen": "gRPC address host:port (port 0 picks a free port)",
     "metrics_listen": "Prometheus endpoint host:port; empty disables it",
     "ready_file": "written atomically once serving: {grpc_port, metrics_port, pid}",
+    "lifeline_fd": "a pipe's read end inherited from the process that started the daemon: when that process is "
+    "gone (end of file) the daemon stops as on SIGTERM; -1: none (the local mesh sets it)",
     "log_level": "debug, info, warning or error; JSON lines on stderr",
     "max_workers": "handler threads for calls (0: two per usable CPU where that applies)",
     "heartbeat_ms": "heartbeat interval of the registry watch stream",

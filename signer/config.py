@@ -50,6 +50,7 @@ class SignerConfig:
     staleness_ms: int = 30_000
     heartbeat_ms: int = 1_000
     ready_file: str = ""
+    lifeline_fd: int = -1  # set by a supervisor that starts the daemon (the local mesh): see run_daemon
     log_level: str = "info"
     # A delegation's handler waits on the parent's signer while holding its thread, two signers may
     # wait on each other, and each open lane from a peer holds a thread: keep enough threads that

@@ -105,6 +105,7 @@ class VerifierConfig:
     allow_baselines: bool = False
     collect_interval_ms: int = 60_000
     ready_file: str = ""
+    lifeline_fd: int = -1  # set by a supervisor that starts the daemon (the local mesh): see run_daemon
     log_level: str = "info"
     # Each open verification lane holds a handler thread: at most lanes_per_client per client
     # connection and max_lanes in all, and the server gets max_lanes threads on top of max_workers.

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -343,14 +344,19 @@ def run_daemon(
     ready_file: str,
     log_level: str,
     grace_s: float = 5.0,
+    lifeline_fd: int = -1,
     max_workers: int = 0,
     limits: LimitsConfig | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     method_limits: Mapping[str, int] | None = None,
 ) -> int:
-    """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0."""
+    """Serve until SIGTERM or SIGINT, then drain in-flight calls for ``grace_s`` and exit 0. With a
+    ``lifeline_fd`` (a pipe's read end whose write end the starting process holds), that process's end
+    stops the daemon the same way (:func:`watch_lifeline`)."""
     logging_thread = setup_logging(name, log_level)
     stop = StopSignals()
+    if lifeline_fd >= 0:
+        watch_lifeline(lifeline_fd)
     server, port, health_servicer = create_server(
         listen, tls, daemon.register, max_workers=max_workers, limits=limits,
         max_message_bytes=max_message_bytes, metrics_registry=metrics_registry, method_limits=method_limits,
@@ -410,6 +416,34 @@ class StopSignals:
             received = os.read(self._read, 1)
             if received and received[0] in self.SIGNALS:
                 return received[0]
+
+
+def watch_lifeline(fd: int) -> threading.Thread:
+    """Stop this process as SIGTERM would once ``fd`` reads end of file: ``fd`` is a pipe's read end
+    inherited from the process that started this one, which holds the write end and never writes, so
+    the end of file means that process is gone, however it ended (SIGKILL included). A test run or a
+    demo killed outright then leaves no daemon behind. (Linux's PR_SET_PDEATHSIG fires when the thread
+    that started the child ends, not the process, and the mesh starts daemons from many threads.)
+    Raises ConfigError when ``fd`` is not an open pipe."""
+    try:
+        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        is_pipe = False
+    if not is_pipe:
+        raise ConfigError(f"lifeline_fd {fd} is not an open pipe")
+
+    def wait_for_the_end() -> None:
+        try:
+            while os.read(fd, 64):  # the starting process never writes; data would not mean it is gone
+                pass
+        except OSError:
+            pass
+        log.warning("the process that started this daemon is gone: stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=wait_for_the_end, name="lifeline", daemon=True)
+    thread.start()
+    return thread
 
 
 def _noted(signum: int, frame: object) -> None:
