@@ -619,11 +619,12 @@ def headline_report(head: dict[str, Any]) -> list[str]:
     accept_floor = head["accept_floor"]["median"]
     lines += [
         "",
-        f"- from bytes, audit, in-memory state: {audit:.2f}× its raw verifies ({_verdict(audit, TARGET_AUDIT)}); "
-        f"floor in the same rounds {audit_floor:.2f}×{_below(audit_floor, TARGET_AUDIT)} (the bytes read with "
+        # three decimals against a target of two: a ratio just above it must not print as equal to it
+        f"- from bytes, audit, in-memory state: {audit:.3f}× its raw verifies ({_verdict(audit, TARGET_AUDIT)}); "
+        f"floor in the same rounds {audit_floor:.3f}×{_below(audit_floor, TARGET_AUDIT)} (the bytes read with "
         "no checks, then the walk over the already-parsed path).",
-        f"- from bytes, audit, SQLite state: {audit_sqlite:.2f}× ({_verdict(audit_sqlite, TARGET_AUDIT_SQLITE)}); "
-        f"floor in the same rounds {sqlite_floor:.2f}×{_below(sqlite_floor, TARGET_AUDIT_SQLITE)} (the same, "
+        f"- from bytes, audit, SQLite state: {audit_sqlite:.3f}× ({_verdict(audit_sqlite, TARGET_AUDIT_SQLITE)}); "
+        f"floor in the same rounds {sqlite_floor:.3f}×{_below(sqlite_floor, TARGET_AUDIT_SQLITE)} (the same, "
         "the walk reading the SQLite state).",
         f"- accept with SQLite: {accept:.2f}× ({_verdict(accept, TARGET_ACCEPT)}); its floor, the raw verifies "
         f"plus one durable commit, is {accept_floor:.2f}× the raw verifies in the same rounds"
