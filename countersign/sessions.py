@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from countersign.canonical import JsonValue, b64url_decode_validated
-from countersign.constructions import node_signing_input, parent_link, record_signing_input
+from countersign.constructions import parent_link, record_signing_input
 from countersign.errors import MalformedError
 from countersign.policy import ConsumerPolicy
 from countersign.reasons import Attribution, Reason, VerificationResult
@@ -32,7 +32,6 @@ from countersign.records import (
     NONCE_PATTERN,
     RECORD_KEYS,
     SIGNATURE_PATTERN,
-    Construction,
     Envelope,
     NodeRecord,
     OutputReceipt,
@@ -288,7 +287,6 @@ class _AgentPrefix:
     nonces: frozenset[str]
     signed: bool
     cosigns_edges: bool
-    naive_sig: bool
 
     @classmethod
     def of(cls, agent: Path) -> _AgentPrefix:
@@ -302,7 +300,6 @@ class _AgentPrefix:
             frozenset(e.record.nonce for e in agent.envelopes),
             construction.signed,
             construction.cosigns_edges,
-            construction is Construction.NAIVE_SIG,
         )
 
 
@@ -324,13 +321,7 @@ def _receipt_walk(
             return VerificationResult.reject(key.reason, index, key.detail)
         sig = receipt.sig
         assert sig is not None
-        # record_signing_input, without its NAIVE-SIG test and call for each receipt
-        message = (
-            record_signing_input(construction, receipt)
-            if prefix.naive_sig
-            else node_signing_input(receipt.record_bytes())
-        )
-        if not key.verify(message, b64url_decode_validated(sig)):
+        if not key.verify(record_signing_input(construction, receipt), b64url_decode_validated(sig)):
             return VerificationResult.reject(Reason.BAD_SIGNATURE, index, "primary signature does not verify")
     skew = policy.clock_skew_ms
     if record.created_ms > now_ms + skew:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple, Protocol
 
 from countersign.canonical import DIGEST_PREFIX, b64url_decode_validated, sha256_digest
-from countersign.constructions import edge_manifest, edge_signing_input, node_signing_input, record_signing_input
+from countersign.constructions import edge_manifest, edge_signing_input, record_signing_input
 from countersign.errors import MalformedError
 from countersign.keys import PublicKey
 from countersign.merkle import MerkleAccumulator
@@ -513,7 +513,6 @@ def _collect(
         raise _Failure(0, _STEP_CONSTRUCTION, Reason.CONSTRUCTION_NOT_ALLOWED, f"{construction} is not accepted")
     skew = policy.clock_skew_ms
     check_primary = primary and construction.signed
-    naive_sig = construction is Construction.NAIVE_SIG  # signs a view of the record, not its bytes
     links_parent = construction.links_parent
     cosigns_edges = construction.cosigns_edges
     enforces_fanout = construction.enforces_fanout
@@ -551,7 +550,7 @@ def _collect(
         if check_primary:
             key = _resolve(registry, record.deployer, record.key_id, record.created_ms, index, _STEP_KEY, None)
             assert envelope.sig is not None
-            message = record_signing_input(construction, envelope) if naive_sig else node_signing_input(record_bytes)
+            message = record_signing_input(construction, envelope)
             checks.append(
                 SignatureCheck(
                     (index, _STEP_SIGNATURE),
