@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import nacl.bindings
-
-from bench.core import RecordingSignatures, plain_codec
+from bench.core import RecordingSignatures, plain_codec, raw_verifies
 from bench.mesh import percentiles, pinned_mesh
 from countersign._proto.v1 import signer_pb2, signer_pb2_grpc
 from countersign.canonical import b64url_decode
@@ -74,8 +72,7 @@ def _verification_row(outputs: int, rounds: int) -> dict[str, float]:
         data, presented, registry=mesh.registry, now_ms=NOW_MS, require_closed=True, signatures=recorder
     ).result
     agent_signatures = len(recorder.checks) - 1  # verified once a session, beside one a receipt
-    # Each receipt's own signature over its own signing input, as the check verifies them (the same
-    # libsodium call as countersign.keys.PublicKey.verify, with the signature before the message).
+    # Each receipt's own signature over its own signing input, as the check verifies them.
     triples = []
     for receipt in receipts:
         record = receipt.record
@@ -86,10 +83,7 @@ def _verification_row(outputs: int, rounds: int) -> dict[str, float]:
     envelopes = [json.dumps(r.to_json(), separators=(",", ":")).encode() for r in receipts]
     texts = [t or b"" for t in presented]
     decode, encode = plain_codec()
-
-    def raw() -> None:
-        for public, message, signature in triples:
-            nacl.bindings.crypto_sign_open(signature + message, public)
+    raw = raw_verifies(triples)
 
     def floor() -> None:  # besides the signature: read, canonical record bytes, two digests
         for envelope, text in zip(envelopes, texts, strict=True):

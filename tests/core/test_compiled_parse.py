@@ -257,7 +257,7 @@ CORPUS_SESSIONS += [(text, False) for text in near_misses(SESSIONS[-1].to_json()
 
 
 def _nonces_of_widths(path: Path, widths: tuple[int, ...]) -> bytes:
-    """``path`` with its records' nonces, from the second on, of these widths (hex digits, or only)."""
+    """``path`` with its records' nonces, from the second on, of these widths (each one hex digit repeated)."""
     value = path.to_json()
     for envelope, width in zip(value["envelopes"][1:], widths, strict=False):
         envelope["record"]["nonce"] = "0123456789abcdef"[width % 16] * width
